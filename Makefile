@@ -1,0 +1,70 @@
+# The README's two commands: `make book` and `make test`. Both create .venv when it is missing and
+# install requirements.txt and the package into it, so a fresh machine with Python 3.11 needs nothing else.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The data set for tests and CI lies beside the repository; a reader's own TRANSFORMER_LIB_DATA wins.
+SHARED_DATA := $(abspath ../shared/data/multi30k)
+export TRANSFORMER_LIB_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA))
+# Two workers on the two-core machines we test on; set PYTEST_WORKERS=0 to run in one process.
+PYTEST_WORKERS ?= 2
+
+.PHONY: help install tangle book test check lint format serve lab notebooks bench clean
+
+help:
+	@echo "make book   build the HTML book (every chapter executed) into _build/html"
+	@echo "make test   tangle check, ruff, and pytest (which executes every chapter)"
+	@echo "make tangle regenerate transformer_lib/ from the book"
+	@echo "make format ruff-format the code, the book's code cells included"
+	@echo "make serve  serve the built book on http://127.0.0.1:8000"
+	@echo "make lab    open the chapters in JupyterLab (needs 'pip install jupyterlab')"
+	@echo "make notebooks  write book/*.ipynb from the chapters (git ignores them)"
+	@echo "make bench  run the benchmarks"
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	@touch $@
+
+install: $(STAMP)
+
+tangle: $(STAMP)
+	$(BIN)/python tools/tangle.py
+
+book: tangle
+	$(BIN)/jupyter-book build --all .
+	@echo "The book is in _build/html/index.html"
+
+check: $(STAMP)
+	$(BIN)/python tools/tangle.py --check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# pytest exits 5 when it collects no test; that must fail the run, never pass as green.
+test: check
+	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; exit 1; fi; exit $$rc
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/jupytext --pipe "$(abspath $(BIN))/ruff format -" book/*.md
+	$(BIN)/python tools/tangle.py
+
+serve: book
+	$(BIN)/python -m http.server --directory _build/html --bind 127.0.0.1 8000
+
+lab: tangle
+	$(BIN)/jupyter lab book/
+
+notebooks: $(STAMP)
+	$(BIN)/jupytext --to ipynb book/*.md
+
+bench: tangle
+	@for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf _build .pytest_cache .ruff_cache
