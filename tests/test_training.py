@@ -1,0 +1,298 @@
+"""Training (§5): the schedule against formula (3), label smoothing against a written-out
+computation, checkpoints that survive crashes and refuse code, and exact resumption."""
+
+import json
+import math
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from toy_seq2seq import ToyModel, toy_batches
+
+from transformer_lib import training
+from transformer_lib.training import (
+    CheckpointError,
+    TrainingConfig,
+    label_smoothed_loss,
+    load_checkpoint,
+    make_optimizer,
+    rate,
+    save_checkpoint,
+    smoothed_targets,
+)
+
+# ---------------------------------------------------------------------------- the schedule
+
+
+@pytest.mark.parametrize("d_model,warmup", [(512, 4000), (512, 8000), (256, 4000), (64, 7)])
+def test_rate_is_formula_3(d_model, warmup):
+    for step in [1, 2, warmup - 1, warmup, warmup + 1, 10 * warmup]:
+        expected = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        assert math.isclose(rate(step, d_model, warmup), expected, rel_tol=1e-12)
+    # The two branches meet at the end of warm-up, where the rate peaks.
+    peak = (d_model * warmup) ** -0.5
+    assert math.isclose(rate(warmup, d_model, warmup), peak, rel_tol=1e-12)
+    assert rate(warmup + 1, d_model, warmup) < peak and rate(warmup - 1, d_model, warmup) < peak
+
+
+def test_step_zero_has_no_rate():
+    with pytest.raises(ValueError, match="counted from 1"):
+        rate(0, 512, 4000)
+
+
+def test_optimizer_uses_rate_of_update_n_at_update_n():
+    model = torch.nn.Linear(2, 2)
+    optimizer, scheduler = make_optimizer(model, d_model=32, warmup_steps=5, scale=2.0)
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    for update in range(1, 20):
+        assert math.isclose(
+            optimizer.param_groups[0]["lr"], rate(update, 32, 5, 2.0), rel_tol=1e-12
+        )
+        optimizer.step()
+        scheduler.step()
+
+
+# ---------------------------------------------------------------------------- label smoothing
+
+
+def test_cross_entropy_equals_written_out_smoothed_targets():
+    torch.manual_seed(0)
+    vocab, pad, eps = 11, 0, 0.1
+    logits = torch.randn(3, 7, vocab, dtype=torch.float64)
+    target = torch.randint(1, vocab, (3, 7))
+    target[0, 5:] = pad
+    target[2, 3:] = pad
+    loss, count = label_smoothed_loss(logits, target, pad, eps)
+    q = smoothed_targets(target, vocab, eps, pad).double()
+    written_out = -(q * logits.reshape(-1, vocab).log_softmax(-1)).sum()
+    assert count == (target != pad).sum()
+    assert torch.allclose(loss.double(), written_out, rtol=1e-6)
+
+
+def test_smoothed_targets_differ_from_the_kl_form_exactly_as_documented():
+    """PyTorch's form gives eps/V to every token, pad included; the KL form gives pad nothing."""
+    vocab, pad, eps = 9, 0, 0.2
+    target = torch.tensor([3, 1, 8])
+    q = smoothed_targets(target, vocab, eps, pad)
+    # The KL form, written out: 1-eps on the target, 0 on pad, eps/(V-2) on the rest.
+    kl = torch.full((3, vocab), eps / (vocab - 2))
+    kl[:, pad] = 0
+    kl[torch.arange(3), target] = 1 - eps
+    assert torch.allclose(q.sum(1), torch.ones(3)) and torch.allclose(kl.sum(1), torch.ones(3))
+    assert torch.allclose(q[:, pad], torch.full((3,), eps / vocab))
+    assert torch.allclose(q[torch.arange(3), target], torch.full((3,), 1 - eps + eps / vocab))
+    others = torch.ones(3, vocab, dtype=torch.bool)
+    others[:, pad] = False
+    others[torch.arange(3), target] = False
+    assert torch.allclose(q[others], torch.tensor(eps / vocab))
+    assert not torch.allclose(q, kl)
+
+
+def test_padding_positions_do_not_count():
+    torch.manual_seed(1)
+    logits = torch.randn(2, 5, 6)
+    target = torch.tensor([[1, 2, 3, 0, 0], [4, 5, 0, 0, 0]])
+    changed = logits.clone()
+    changed[target == 0] += 100.0  # anything at padded positions
+    assert torch.equal(
+        label_smoothed_loss(logits, target, 0)[0], label_smoothed_loss(changed, target, 0)[0]
+    )
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def test_checkpoint_round_trip(tmp_path):
+    state = {
+        "model": {"w": torch.randn(3)},
+        "step": 7,
+        "config": {"a": [1, 2]},
+        "rng": training.rng_state(),
+    }
+    save_checkpoint(state, tmp_path / "c.pt")
+    loaded = load_checkpoint(tmp_path / "c.pt")
+    assert torch.equal(loaded["model"]["w"], state["model"]["w"]) and loaded["step"] == 7
+
+
+def test_rng_state_restores_every_generator():
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(3)
+    saved = training.rng_state()
+    first = (random.random(), np.random.rand(), torch.rand(2))
+    training.set_rng_state(saved)
+    again = (random.random(), np.random.rand(), torch.rand(2))
+    assert first[0] == again[0] and first[1] == again[1] and torch.equal(first[2], again[2])
+
+
+def test_a_crash_while_writing_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"model": {}, "step": 1, "config": {}}, path)
+
+    def half_write(obj, file):
+        file.write(b"partial bytes")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", half_write)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint({"model": {}, "step": 2, "config": {}}, path)
+    monkeypatch.undo()
+    assert load_checkpoint(path)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left behind
+
+
+class Payload:
+    def __reduce__(self):  # what a malicious pickle does: call a function while loading
+        return (print, ("this ran while loading",))
+
+
+def test_loading_never_runs_code_from_the_file(tmp_path, capsys):
+    path = tmp_path / "evil.pt"
+    with open(path, "wb") as file:
+        pickle.dump({"model": Payload(), "step": 0, "config": {}}, file, protocol=2)
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(path)
+    assert "this ran" not in capsys.readouterr().out
+
+
+def test_missing_and_foreign_checkpoints_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        load_checkpoint(tmp_path / "absent.pt")
+    torch.save({"weights": torch.ones(1)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a training checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+
+
+# ---------------------------------------------------------------------------- the loop
+
+
+def run(tmp_path, max_steps, resume=False, name="run", **overrides):
+    settings = dict(
+        max_steps=max_steps, warmup_steps=4, log_every=3, checkpoint_every=5, keep_checkpoints=2
+    )
+    config = TrainingConfig(**{**settings, **overrides})
+    torch.manual_seed(0)
+    model = ToyModel()
+    summary = training.train(
+        model,
+        toy_batches,
+        config,
+        tmp_path / name,
+        d_model=model.d_model,
+        pad_id=0,
+        valid_batches=toy_batches(-1)[:2],
+        model_config=model.config,
+        resume=resume,
+        device="cpu",
+        progress=False,
+    )
+    return model, summary
+
+
+def test_resuming_gives_bitwise_identical_weights(tmp_path):
+    """20 updates in one go == 10 updates, stop (mid-epoch), resume to 20. Dropout is on."""
+    assert 10 % len(toy_batches(0)) != 0  # the stop falls inside an epoch
+    straight, _ = run(tmp_path, 20, name="straight")
+    run(tmp_path, 10, name="stopped", accumulation=1)
+    resumed, summary = run(tmp_path, 20, resume=True, name="stopped")
+    assert summary["step"] == 20
+    for (name, a), (_, b) in zip(
+        straight.state_dict().items(), resumed.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    # The metrics continue without repeating a step; validations are the same numbers.
+    lines = [json.loads(x) for x in (tmp_path / "stopped/metrics.jsonl").read_text().splitlines()]
+    straight_lines = [
+        json.loads(x) for x in (tmp_path / "straight/metrics.jsonl").read_text().splitlines()
+    ]
+    steps = [r["step"] for r in lines if r["kind"] == "train"]
+    assert steps == sorted(set(steps)) and steps[-1] == 20
+    valid = [(r["step"], r["loss"]) for r in lines if r["kind"] == "valid"]
+    assert valid == [(r["step"], r["loss"]) for r in straight_lines if r["kind"] == "valid"]
+    assert len(valid) >= 6  # an epoch is 3 updates
+
+
+def test_run_folder_layout_and_checkpoint_rotation(tmp_path):
+    run(tmp_path, 17)
+    folder = tmp_path / "run"
+    assert json.loads((folder / "config.json").read_text())["training"]["max_steps"] == 17
+    names = sorted(p.name for p in (folder / "checkpoints").iterdir())
+    assert names == ["last.pt", "step-15.pt", "step-17.pt"]  # every 5, the end, keep 2
+    last = load_checkpoint(folder / "checkpoints/last.pt")
+    assert last["step"] == 17 and {"model", "optimizer", "scheduler", "rng", "data"} <= set(last)
+    records = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in train_records] == [3, 6, 9, 12, 15, 17]
+    assert {"loss", "ppl", "lr", "tokens_per_s", "wall_s"} <= set(train_records[0])
+    assert any(r["kind"] == "valid" for r in records)  # validation after each epoch
+
+
+def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
+    run(tmp_path, 5)
+    with pytest.raises(FileExistsError, match="--resume"):
+        run(tmp_path, 10)
+
+
+def test_a_checkpoint_from_another_configuration_is_refused(tmp_path):
+    run(tmp_path, 5)
+    with pytest.raises(CheckpointError, match="label_smoothing"):
+        run(tmp_path, 10, resume=True, label_smoothing=0.2)
+
+
+def test_accumulation_equals_one_big_batch(tmp_path):
+    """Two batches accumulated == their concatenation as one batch (dropout off, float64)."""
+    from toy_seq2seq import ToyBatch, concat
+
+    torch.manual_seed(0)
+    parts = toy_batches(0)[:2]
+    whole = concat(parts)
+    assert isinstance(whole, ToyBatch)
+    results = []
+    for batches, accumulation in [(lambda e: parts, 2), (lambda e: [whole], 1)]:
+        torch.manual_seed(0)
+        model = ToyModel(dropout=0.0).double()
+        training.train(
+            model,
+            batches,
+            TrainingConfig(max_steps=1, warmup_steps=1, accumulation=accumulation),
+            tmp_path / f"acc{accumulation}",
+            d_model=model.d_model,
+            pad_id=0,
+            device="cpu",
+            progress=False,
+        )
+        results.append(model.state_dict())
+    for name in results[0]:
+        assert torch.allclose(results[0][name], results[1][name], rtol=0, atol=1e-12), name
+
+
+@pytest.mark.slow
+def test_two_processes_with_gloo_hold_identical_weights(tmp_path):
+    worker = Path(__file__).parent / "ddp_worker.py"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            worker,
+            tmp_path,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rank0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    rank1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    initial = torch.load(tmp_path / "initial.pt", weights_only=True)
+    for name in rank0:
+        assert torch.equal(rank0[name], rank1[name]), name
+    assert any(not torch.equal(rank0[n], initial[n]) for n in rank0)  # and they did train
+    assert (tmp_path / "run/checkpoints/last.pt").is_file()  # written by rank 0
