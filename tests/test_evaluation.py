@@ -1,0 +1,131 @@
+"""Checkpoint averaging on hand-made state dicts, and BLEU against sacreBLEU's own program."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from transformer_lib.evaluation import average_checkpoints, average_state_dicts, corpus_scores
+from transformer_lib.training import CheckpointError, load_checkpoint, save_checkpoint
+
+
+def state(value, dtype=torch.float32):
+    return {"w": torch.full((3, 2), value, dtype=dtype), "b": torch.arange(2.0) * value}
+
+
+def test_average_of_equal_state_dicts_is_the_same():
+    averaged = average_state_dicts([state(0.3), state(0.3), state(0.3)])
+    assert torch.equal(averaged["w"], state(0.3)["w"])
+    assert torch.equal(averaged["b"], state(0.3)["b"])
+
+
+def test_average_of_two_is_the_mean():
+    torch.manual_seed(0)
+    a = {"w": torch.randn(4, 5), "v": torch.randn(7)}
+    b = {"w": torch.randn(4, 5), "v": torch.randn(7)}
+    averaged = average_state_dicts([a, b])
+    for key in a:
+        torch.testing.assert_close(averaged[key], (a[key] + b[key]) / 2)
+
+
+def test_average_keeps_each_dtype():
+    averaged = average_state_dicts([state(1.0, torch.bfloat16), state(2.0, torch.bfloat16)])
+    assert averaged["w"].dtype == torch.bfloat16
+    assert torch.equal(averaged["w"], torch.full((3, 2), 1.5, dtype=torch.bfloat16))
+
+
+def test_mismatched_keys_are_refused():
+    other = {"w": torch.zeros(3, 2), "c": torch.zeros(2)}
+    with pytest.raises(CheckpointError, match="other parameters"):
+        average_state_dicts([state(1.0), other])
+
+
+def test_mismatched_shapes_are_refused_naming_the_tensor():
+    other = {"w": torch.zeros(2, 3), "b": torch.zeros(2)}
+    with pytest.raises(CheckpointError, match="'w' has shape"):
+        average_state_dicts([state(1.0), other])
+
+
+def test_differing_integer_buffers_are_refused():
+    a = {"count": torch.tensor(1)}
+    b = {"count": torch.tensor(2)}
+    with pytest.raises(CheckpointError, match="not a floating-point"):
+        average_state_dicts([a, b])
+    assert torch.equal(average_state_dicts([a, a])["count"], a["count"])
+
+
+def test_nothing_to_average_is_an_error():
+    with pytest.raises(ValueError, match="nothing to average"):
+        average_state_dicts([])
+
+
+def test_average_checkpoints_writes_a_loadable_checkpoint(tmp_path):
+    paths = []
+    for step, value in [(10, 1.0), (20, 2.0), (30, 6.0)]:
+        path = tmp_path / f"step-{step}.pt"
+        save_checkpoint(
+            {"model": state(value), "optimizer": {}, "step": step, "config": {"model": {"d": 1}}},
+            path,
+        )
+        paths.append(path)
+    average_checkpoints(paths, out=tmp_path / "avg.pt")
+    loaded = load_checkpoint(tmp_path / "avg.pt")
+    assert loaded["averaged_steps"] == [10, 20, 30]
+    assert loaded["step"] == 30 and "optimizer" not in loaded
+    assert torch.equal(loaded["model"]["w"], torch.full((3, 2), 3.0))
+
+
+def test_average_checkpoints_of_different_models_is_refused(tmp_path):
+    for name, d in [("a.pt", 1), ("b.pt", 2)]:
+        save_checkpoint(
+            {"model": state(1.0), "step": 1, "config": {"model": {"d": d}}}, tmp_path / name
+        )
+    with pytest.raises(CheckpointError, match="different configurations"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+HYPOTHESES = [
+    "A man in a blue shirt is standing on a ladder.",
+    "Two young girls are playing in the sand near water.",
+    "A dog runs through the grass",
+    "",
+]
+REFERENCES = [
+    "A man in a blue shirt is standing on a ladder cleaning windows.",
+    "Two young girls play in the sand by the water.",
+    "A brown dog is running through the grass.",
+    "People are walking down a busy street.",
+]
+
+
+def sacrebleu_program(tmp_path, *options):
+    """The score sacreBLEU's own command line prints for the same files."""
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("\n".join(HYPOTHESES) + "\n")
+    ref.write_text("\n".join(REFERENCES) + "\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-b", "-w", "4", *options],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(result.stdout.strip())
+
+
+def test_bleu_equals_sacrebleu_program(tmp_path):
+    scores = corpus_scores(HYPOTHESES, REFERENCES)
+    assert round(scores["bleu"], 4) == sacrebleu_program(tmp_path)
+    assert round(scores["chrf"], 4) == sacrebleu_program(tmp_path, "-m", "chrf")
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+
+
+def test_lowercase_bleu_equals_sacrebleu_program(tmp_path):
+    scores = corpus_scores(HYPOTHESES, REFERENCES, lowercase=True)
+    assert round(scores["bleu"], 4) == sacrebleu_program(tmp_path, "-lc")
+    assert "case:lc" in scores["bleu_signature"]
+
+
+def test_hypothesis_count_must_match():
+    with pytest.raises(ValueError, match="3 hypotheses for 4 references"):
+        corpus_scores(HYPOTHESES[:3], REFERENCES)
