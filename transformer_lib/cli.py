@@ -7,6 +7,7 @@
 
 import argparse
 import sys
+from pathlib import Path
 
 import transformer_lib
 
@@ -22,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train, translate with and evaluate the Transformer of the book.",
     )
     parser.add_argument("--version", action="version", version=transformer_lib.__version__)
-    parser.add_subparsers(dest="command", title="commands", metavar="<command>")
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="<command>")
+    add_average_command(commands)
     return parser
 
 
@@ -38,3 +40,28 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:  # UsageError and the library's own errors
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+
+# %% book/command_line.md:103 (cell 6)
+def add_average_command(commands) -> None:
+    command = commands.add_parser(
+        "average",
+        help="average the weights of several checkpoints (paper §6.1)",
+        description="Write one checkpoint whose weights are the mean of the given checkpoints'.",
+    )
+    command.add_argument("--out", required=True, type=Path, help="the averaged checkpoint to write")
+    command.add_argument("checkpoints", nargs="+", type=Path, help="checkpoints of one run")
+    command.set_defaults(run=run_average)
+
+
+def run_average(args: argparse.Namespace) -> int:
+    from transformer_lib.evaluation import average_checkpoints
+
+    if not args.out.parent.is_dir():
+        raise UsageError(
+            f"the folder for --out, {args.out.parent}, does not exist: create it first"
+        )
+    result = average_checkpoints(args.checkpoints, out=args.out)
+    steps = ", ".join(str(step) for step in result["averaged_steps"])
+    print(f"averaged the models of steps {steps} into {args.out}")
+    return 0
