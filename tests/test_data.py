@@ -1,0 +1,161 @@
+"""Data (§5.1): loading with its errors, the byte-pair tokenizer's exact round trip, and batches
+by length (every pair once per epoch across ranks, within the budget, reproducible)."""
+
+import gzip
+import hashlib
+import io
+import os
+from pathlib import Path
+from urllib.error import URLError
+
+import pytest
+
+from transformer_lib import data
+from transformer_lib.data import (
+    MULTI30K_SHA256,
+    ChecksumError,
+    DataError,
+    DataNotFoundError,
+    load_multi30k,
+    load_parallel,
+    multi30k_file,
+)
+
+SHARED = Path(
+    os.environ.get(data.DATA_ENV) or Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+)
+needs_data = pytest.mark.skipif(
+    not (SHARED / "train.de.gz").is_file(), reason="the Multi30k copy is not available"
+)
+
+
+def write_gz(path: Path, lines: list[str]) -> Path:
+    path.write_bytes(gzip.compress("".join(f"{line}\n" for line in lines).encode()))
+    return path
+
+
+@pytest.fixture
+def no_env(monkeypatch, tmp_path):
+    """No TRANSFORMER_LIB_DATA, and a cache under tmp_path."""
+    monkeypatch.delenv(data.DATA_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "transformer_lib" / "multi30k"
+
+
+def fake_urlopen(payload: bytes, calls: list):
+    def urlopen(url, timeout=None):
+        calls.append(url)
+        return io.BytesIO(payload)
+
+    return urlopen
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def test_load_parallel_plain_and_gzipped(tmp_path):
+    src = write_gz(tmp_path / "a.gz", ["Ein Hund.", " Zwei  Katzen. ", "x\u2028y"])
+    tgt = tmp_path / "b.txt"
+    tgt.write_text("A dog.\nTwo  cats.\nx y\n", encoding="utf-8")
+    assert load_parallel(src, tgt) == [
+        ("Ein Hund.", "A dog."),
+        ("Zwei  Katzen.", "Two  cats."),
+        ("x\u2028y", "x y"),
+    ]
+
+
+def test_mismatched_line_counts_name_both_files(tmp_path):
+    src = write_gz(tmp_path / "src.gz", ["a", "b", "c"])
+    tgt = write_gz(tmp_path / "tgt.gz", ["a", "b"])
+    with pytest.raises(DataError) as err:
+        load_parallel(src, tgt)
+    message = str(err.value)
+    assert str(src) in message and str(tgt) in message and "3" in message and "2" in message
+    assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    "split,src,tgt,valid",
+    [
+        ("dev", "de", "en", "test_2016_flickr"),
+        ("train", "fr", "en", "de, en"),
+        ("train", "de", "xx", "de, en"),
+    ],
+)
+def test_unknown_split_or_language_lists_the_valid_ones(split, src, tgt, valid, no_env):
+    with pytest.raises(DataError, match=valid):
+        load_multi30k(split, src, tgt)
+
+
+def test_no_data_and_no_network_says_how_to_provide_it(no_env, monkeypatch):
+    def offline(url, timeout=None):
+        raise URLError("no route to host")
+
+    monkeypatch.setattr(data, "urlopen", offline)
+    with pytest.raises(DataNotFoundError) as err:
+        load_multi30k("val")
+    message = str(err.value)
+    assert data.DATA_ENV in message and "data_dir" in message
+    assert data.MULTI30K_URL + "val.de.gz" in message
+    assert isinstance(err.value, FileNotFoundError)
+    assert not list(no_env.glob("*")), "a failed download left a file behind"
+
+
+def test_a_given_directory_is_never_downloaded_into(tmp_path, monkeypatch, no_env):
+    calls = []
+    monkeypatch.setattr(data, "urlopen", fake_urlopen(b"", calls))
+    with pytest.raises(DataNotFoundError, match="data_dir"):
+        multi30k_file("val", "de", data_dir=tmp_path)
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path))
+    with pytest.raises(DataNotFoundError, match=data.DATA_ENV):
+        multi30k_file("val", "de")
+    assert calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_bad_download_leaves_nothing_good_download_lands(no_env, monkeypatch):
+    calls = []
+    monkeypatch.setattr(data, "urlopen", fake_urlopen(b"not the file", calls))
+    with pytest.raises(ChecksumError, match="val.de.gz"):
+        multi30k_file("val", "de")
+    assert calls == [data.MULTI30K_URL + "val.de.gz"]
+    assert not no_env.exists() or not list(no_env.iterdir()), "a bad download left a file behind"
+
+    payload = b"pretend these are the published bytes"
+    monkeypatch.setitem(MULTI30K_SHA256, "val.de.gz", hashlib.sha256(payload).hexdigest())
+    monkeypatch.setattr(data, "urlopen", fake_urlopen(payload, calls))
+    path = multi30k_file("val", "de")
+    assert path == no_env / "val.de.gz" and path.read_bytes() == payload
+    assert sorted(p.name for p in no_env.iterdir()) == ["val.de.gz"]
+    # A second call finds the cached file and does not download again.
+    assert multi30k_file("val", "de") == path and len(calls) == 2
+
+
+def test_checksum_mismatch_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.delenv(data.DATA_ENV, raising=False)
+    write_gz(tmp_path / "val.de.gz", ["Ein Hund."])
+    write_gz(tmp_path / "val.en.gz", ["A dog."])
+    with pytest.raises(ChecksumError, match="val.de.gz"):
+        load_multi30k("val", data_dir=tmp_path)
+    # Decompressed files in a directory the user names are the documented way to use changed data.
+    for name in ("val.de", "val.en"):
+        (tmp_path / f"{name}.gz").unlink()
+    (tmp_path / "val.de").write_text("Ein Hund.\n", encoding="utf-8")
+    (tmp_path / "val.en").write_text("A dog.\n", encoding="utf-8")
+    assert load_multi30k("val", data_dir=tmp_path) == [("Ein Hund.", "A dog.")]
+
+
+@needs_data
+def test_multi30k_has_its_published_sizes():
+    sizes = {
+        "train": 29000,
+        "val": 1014,
+        "test_2016_flickr": 1000,
+        "test_2017_flickr": 1000,
+        "test_2017_mscoco": 461,
+        "test_2018_flickr": 1071,
+    }
+    for split, size in sizes.items():
+        pairs = load_multi30k(split, "en", "de", data_dir=SHARED)
+        assert len(pairs) == size, split
+        assert all(en and de for en, de in pairs), split
+    assert load_multi30k("train", data_dir=SHARED)[0][0].startswith("Zwei junge weiße Männer")
