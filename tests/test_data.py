@@ -159,3 +159,93 @@ def test_multi30k_has_its_published_sizes():
         assert len(pairs) == size, split
         assert all(en and de for en, de in pairs), split
     assert load_multi30k("train", data_dir=SHARED)[0][0].startswith("Zwei junge weiße Männer")
+
+
+# ---------------------------------------------------------------------------- the tokenizer
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from transformer_lib.data import (  # noqa: E402
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    BPETokenizer,
+)
+
+SMALL_TEXT = [
+    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    "Two young, White males are outside near many bushes.",
+    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
+    "A little girl climbing into a wooden playhouse.",
+] * 5
+
+
+@pytest.fixture(scope="module")
+def small_bpe():
+    return BPETokenizer.train(SMALL_TEXT, vocab_size=400)
+
+
+def test_special_ids_are_fixed(small_bpe):
+    assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
+    for token_id, token in enumerate(SPECIAL_TOKENS):
+        assert small_bpe.token_to_id(token) == token_id
+    assert small_bpe.token_to_id("<pad>") == PAD_ID == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60).filter(lambda t: not t[:1].isspace()))
+def test_any_text_round_trips(small_bpe, text):
+    """Byte-level BPE: unseen characters, control tokens as text, double spaces all survive."""
+    ids = small_bpe.encode(text)
+    assert UNK_ID not in ids
+    assert all(i >= len(SPECIAL_TOKENS) for i in ids)
+    assert small_bpe.decode(ids) == text
+
+
+def test_decode_stops_at_eos_and_skips_specials(small_bpe):
+    ids = small_bpe.encode("Ein Hund.")
+    other = small_bpe.encode("Zwei Katzen.")
+    assert small_bpe.decode([BOS_ID, *ids, EOS_ID, *other]) == "Ein Hund."
+    assert small_bpe.decode([BOS_ID, *ids, PAD_ID, PAD_ID]) == "Ein Hund."
+    import torch
+
+    assert small_bpe.decode(torch.tensor([BOS_ID, *ids, EOS_ID, PAD_ID])) == "Ein Hund."
+    assert small_bpe.decode_batch([ids, other]) == ["Ein Hund.", "Zwei Katzen."]
+    assert small_bpe.encode_batch(["Ein Hund.", "Zwei Katzen."]) == [ids, other]
+
+
+def test_save_and_load_give_the_same_ids(small_bpe, tmp_path):
+    path = tmp_path / "sub" / "bpe.json"
+    small_bpe.save(path)
+    loaded = BPETokenizer.load(path)
+    assert loaded.vocab_size == small_bpe.vocab_size
+    for text in SMALL_TEXT + ["<s> </s> <unk> ünseen ĉharacters"]:
+        assert loaded.encode(text) == small_bpe.encode(text)
+        assert loaded.decode(loaded.encode(text)) == text
+    assert sorted(p.name for p in path.parent.iterdir()) == ["bpe.json"]
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no tokenizer file"):
+        BPETokenizer.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(DataError, match="bad.json"):
+        BPETokenizer.load(tmp_path / "bad.json")
+    with pytest.raises(DataError, match="vocab_size"):
+        BPETokenizer.train(SMALL_TEXT, vocab_size=100)
+
+
+@needs_data
+def test_every_training_sentence_round_trips():
+    train = load_multi30k("train", data_dir=SHARED)
+    text = [s for pair in train for s in pair]
+    bpe = BPETokenizer.train(text, vocab_size=data.VOCAB_SIZE)
+    assert bpe.vocab_size == data.VOCAB_SIZE
+    ids = bpe.encode_batch(text)
+    assert not any(UNK_ID in s for s in ids)
+    decoded = bpe.decode_batch(ids)
+    wrong = [(d, t) for d, t in zip(decoded, text, strict=True) if d != t]
+    assert not wrong, wrong[:3]

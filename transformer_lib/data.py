@@ -9,8 +9,11 @@ import gzip
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from urllib.request import urlopen
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 DATA_ENV = "TRANSFORMER_LIB_DATA"  # a directory holding the Multi30k files, used as is
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
@@ -199,3 +202,115 @@ def load_multi30k(
         multi30k_file(split, src, data_dir, cache_dir),
         multi30k_file(split, tgt, data_dir, cache_dir),
     )
+
+
+# %% book/data.md:369 (cell 14)
+PAD_ID = 0  # fills short sentences in a batch; the model's default pad_id
+BOS_ID = 1  # <s>: the first decoder input, "start translating"
+EOS_ID = 2  # </s>: ends every sentence, source and target
+UNK_ID = 3  # <unk>: reserved; byte-level BPE can encode any text without it
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # in the order of their ids
+VOCAB_SIZE = 8000  # the joint vocabulary the data chapter chooses for Multi30k
+# Pieces of the byte-level alphabet: every text encodes, so no learned symbol is needed for it.
+_BYTE_ALPHABET = pre_tokenizers.ByteLevel.alphabet()
+
+
+class BPETokenizer:
+    """A byte-level byte-pair vocabulary shared by source and target language (§5.1).
+
+    ``encode`` returns the ids of a sentence without special tokens; the batches add ``<s>`` and
+    ``</s>``. ``decode`` stops at the first ``</s>``, skips special tokens and returns the
+    detokenized text, ready for sacreBLEU: ``decode(encode(text)) == text`` for any text that does
+    not start with whitespace.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        for token_id, token in enumerate(SPECIAL_TOKENS):
+            if tokenizer.token_to_id(token) != token_id:
+                raise DataError(
+                    f"the tokenizer must have {token} at id {token_id}, found "
+                    f"{tokenizer.token_to_id(token)}; train it with BPETokenizer.train"
+                )
+        # Text such as "<s>" inside a sentence is ordinary text, not a control token.
+        tokenizer.encode_special_tokens = True
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def train(
+        cls, sentences: Iterable[str], vocab_size: int = VOCAB_SIZE, min_frequency: int = 2
+    ) -> "BPETokenizer":
+        """Learn merges from ``sentences`` until the vocabulary holds ``vocab_size`` symbols.
+
+        ``min_frequency``: a pair seen fewer times is never merged (a symbol with one example
+        teaches an embedding nothing), so a small corpus may yield fewer than ``vocab_size``.
+        """
+        smallest = len(SPECIAL_TOKENS) + len(_BYTE_ALPHABET)
+        if vocab_size < smallest:
+            raise DataError(f"vocab_size must be at least {smallest}, got {vocab_size}")
+        tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=list(SPECIAL_TOKENS),
+            initial_alphabet=_BYTE_ALPHABET,
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(sentences, trainer)
+        return cls(tokenizer)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "BPETokenizer":
+        """A tokenizer saved by :meth:`save` (the ``tokenizers`` JSON format)."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no tokenizer file at {path}; train one and save() it first")
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as err:  # tokenizers raises a bare Exception on malformed JSON
+            raise DataError(f"{path} is not a tokenizers JSON file: {err}") from err
+        return cls(tokenizer)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the vocabulary and merges as JSON, atomically (a temporary file, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        os.close(handle)
+        try:
+            self.tokenizer.save(temporary)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of one sentence, without ``<s>`` or ``</s>``."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """``encode`` for many sentences at once, in parallel threads inside ``tokenizers``."""
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [e.ids for e in encodings]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` (a list or a 1-D tensor) up to the first ``</s>``."""
+        return self.decode_batch([ids])[0]
+
+    def decode_batch(self, sequences: Iterable[Sequence[int]]) -> list[str]:
+        kept = []
+        for ids in sequences:
+            ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+            if EOS_ID in ids:
+                ids = ids[: ids.index(EOS_ID)]
+            kept.append([i for i in ids if i >= len(SPECIAL_TOKENS)])
+        texts = self.tokenizer.decode_batch(kept, skip_special_tokens=True)
+        # Remove the space that encoding put in front of the first word.
+        return [text[1:] if text.startswith(" ") else text for text in texts]
