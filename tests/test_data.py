@@ -249,3 +249,135 @@ def test_every_training_sentence_round_trips():
     decoded = bpe.decode_batch(ids)
     wrong = [(d, t) for d, t in zip(decoded, text, strict=True) if d != t]
     assert not wrong, wrong[:3]
+
+
+# ---------------------------------------------------------------------------- batching
+
+import torch  # noqa: E402
+
+from transformer_lib.attention import padding_mask, subsequent_mask  # noqa: E402
+from transformer_lib.data import Batch, BatchesByLength, collate, encode_pairs, make_batches  # noqa: E402
+
+
+def numbered_pairs(n: int, seed: int = 0, longest: int = 40):
+    """Pairs whose first source token is 1000 + their index, so a batch row names its pair."""
+    rng = torch.Generator().manual_seed(seed)
+    pairs = []
+    for i in range(n):
+        s, t = torch.randint(0, longest, (2,), generator=rng).tolist()
+        pairs.append(([1000 + i] + [7] * s, [8] * (t + 1)))
+    return pairs
+
+
+def pair_indices(batches) -> list[int]:
+    return [int(x) - 1000 for b in batches for x in b.src[:, 0]]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("n", [7, 50, 333])
+def test_every_pair_once_per_epoch_across_ranks_in_equal_shares(world_size, n):
+    pairs = numbered_pairs(n, seed=n)
+    for epoch in (0, 1):
+        shares = [make_batches(pairs, 200, 5, epoch, r, world_size) for r in range(world_size)]
+        assert len({len(share) for share in shares}) == 1, [len(s) for s in shares]
+        seen = [i for share in shares for i in pair_indices(share)]
+        assert sorted(seen) == list(range(n))
+
+
+def test_no_batch_exceeds_the_budget_and_batches_are_full():
+    pairs = numbered_pairs(500)
+    for max_tokens in (41, 100, 1000):
+        batches = make_batches(pairs, max_tokens, seed=3)
+        for b in batches:
+            assert b.src.numel() <= max_tokens and b.tgt_in.numel() <= max_tokens
+        # Greedy filling wastes little: the batches hold most of the budget on average.
+        assert len(batches) < 2 * sum(len(s) + len(t) + 2 for s, t in pairs) / max_tokens + 2
+
+
+def test_same_seed_same_batches_other_epoch_or_seed_other_batches():
+    pairs = numbered_pairs(300)
+
+    def plan(seed, epoch):
+        return [pair_indices([b]) for b in make_batches(pairs, 300, seed, epoch)]
+
+    assert plan(1, 0) == plan(1, 0)
+    assert plan(1, 0) != plan(1, 1)
+    assert plan(1, 0) != plan(2, 0)
+    batches = BatchesByLength(pairs, 300, seed=1)
+    assert [pair_indices([b]) for b in batches(4)] == plan(1, 4)
+
+
+def test_batches_group_similar_lengths():
+    # Source and target lengths correlate, as in translation; random batches would waste ~1/3.
+    rng = torch.Generator().manual_seed(0)
+    pairs = []
+    for n in torch.randint(1, 40, (2000,), generator=rng).tolist():
+        pairs.append(([7] * n, [8] * (n + int(torch.randint(0, 3, (1,), generator=rng)))))
+    batches = make_batches(pairs, 2000)
+    real = sum(int(b.src_mask.sum()) + int((b.tgt_in != 0).sum()) for b in batches)
+    cells = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
+    assert 1 - real / cells < 0.1
+
+
+def test_a_pair_longer_than_the_budget_is_an_error_naming_it():
+    pairs = numbered_pairs(20, longest=10)
+    pairs[13] = ([1013] + [7] * 60, [8])
+    with pytest.raises(DataError, match="pair 13"):
+        make_batches(pairs, 50)
+    assert len(encode_pairs(_Chars(), [("ab", "c"), ("abcdef", "c")], max_len=3)) == 1
+
+
+def test_bad_sharding_arguments():
+    with pytest.raises(DataError, match="processes"):
+        make_batches(numbered_pairs(3), 100, world_size=4)
+    with pytest.raises(DataError, match="rank"):
+        make_batches(numbered_pairs(3), 100, rank=2, world_size=2)
+
+
+class _Chars:
+    """A stand-in tokenizer: one id per character."""
+
+    def encode_batch(self, texts):
+        return [[ord(c) for c in text] for text in texts]
+
+
+def test_collate_shapes_shift_and_masks():
+    pairs = [([5, 6, 7], [9, 10]), ([5], [9, 10, 11, 12])]
+    batch = collate(pairs)
+    assert isinstance(batch, Batch) and len(batch) == 2
+    assert batch.src.tolist() == [[5, 6, 7, EOS_ID], [5, EOS_ID, PAD_ID, PAD_ID]]
+    assert batch.tgt_in.tolist() == [[BOS_ID, 9, 10, PAD_ID, PAD_ID], [BOS_ID, 9, 10, 11, 12]]
+    assert batch.tgt_out.tolist() == [[9, 10, EOS_ID, PAD_ID, PAD_ID], [9, 10, 11, 12, EOS_ID]]
+    for tensor in (batch.src, batch.tgt_in, batch.tgt_out):
+        assert tensor.dtype == torch.int64
+    assert batch.n_tokens == 3 + 5
+    # Masks written out: key j is visible from query i iff j is real and j <= i.
+    assert batch.src_mask.shape == (2, 1, 1, 4) and batch.src_mask.dtype == torch.bool
+    assert batch.src_mask[:, 0, 0].tolist() == [[True] * 4, [True, True, False, False]]
+    assert batch.tgt_mask.shape == (2, 1, 5, 5)
+    lengths = [3, 5]
+    for b in range(2):
+        for i in range(5):
+            for j in range(5):
+                assert bool(batch.tgt_mask[b, 0, i, j]) == (j < lengths[b] and j <= i)
+    assert torch.equal(batch.tgt_mask, padding_mask(batch.tgt_out, PAD_ID) & subsequent_mask(5))
+    moved = batch.to("cpu")
+    assert isinstance(moved, Batch) and torch.equal(moved.src, batch.src)
+    with pytest.raises(DataError):
+        collate([])
+
+
+@needs_data
+def test_multi30k_train_batches_under_the_paper_budget():
+    train = load_multi30k("train", data_dir=SHARED)[:3000]
+    bpe = BPETokenizer.train([s for p in train for s in p], vocab_size=1000)
+    pairs = encode_pairs(bpe, train)
+    shares = [make_batches(pairs, 2500, seed=0, epoch=2, rank=r, world_size=2) for r in (0, 1)]
+    assert len(shares[0]) == len(shares[1])
+    restored = sorted(
+        (bpe.decode(row_src), bpe.decode(row_tgt))
+        for share in shares
+        for b in share
+        for row_src, row_tgt in zip(b.src, b.tgt_out, strict=True)
+    )
+    assert restored == sorted(train)

@@ -10,10 +10,16 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from urllib.request import urlopen
 
+import numpy as np
+import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from torch import Tensor
+
+from transformer_lib.attention import padding_mask, subsequent_mask
 
 DATA_ENV = "TRANSFORMER_LIB_DATA"  # a directory holding the Multi30k files, used as is
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
@@ -204,7 +210,7 @@ def load_multi30k(
     )
 
 
-# %% book/data.md:369 (cell 14)
+# %% book/data.md:375 (cell 14)
 PAD_ID = 0  # fills short sentences in a batch; the model's default pad_id
 BOS_ID = 1  # <s>: the first decoder input, "start translating"
 EOS_ID = 2  # </s>: ends every sentence, source and target
@@ -314,3 +320,169 @@ class BPETokenizer:
         texts = self.tokenizer.decode_batch(kept, skip_special_tokens=True)
         # Remove the space that encoding put in front of the first word.
         return [text[1:] if text.startswith(" ") else text for text in texts]
+
+
+# %% book/data.md:665 (cell 26)
+@dataclass(frozen=True)
+class Batch:
+    """Padded sentence pairs as the model consumes them (§5.1); ``True`` in a mask = may attend.
+
+    Shape: ``B`` pairs, ``S`` longest source + 1 (``</s>``), ``T`` longest target + 1.
+    """
+
+    src: Tensor  # (B, S) int64: x_1 ... x_n </s>, then <pad>
+    tgt_in: Tensor  # (B, T) int64: <s> y_1 ... y_m, then <pad> (the decoder's input)
+    tgt_out: Tensor  # (B, T) int64: y_1 ... y_m </s>, then <pad> (what it must predict)
+    src_mask: Tensor  # (B, 1, 1, S) bool: real source tokens
+    tgt_mask: Tensor  # (B, 1, T, T) bool: real, earlier-or-same target positions
+
+    def to(self, device, non_blocking: bool = False) -> "Batch":
+        moved = {
+            f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+            for f in fields(self)
+        }
+        return replace(self, **moved)
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    @property
+    def n_tokens(self) -> int:
+        """The number of target tokens to predict (not padding): the loss is averaged over these."""
+        return int((self.tgt_out != PAD_ID).sum())
+
+
+def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
+    """One :class:`Batch` from encoded pairs (ids without special tokens), padded with ``PAD_ID``."""
+    if not pairs:
+        raise DataError("cannot make a batch of no sentence pairs")
+    n_src = np.array([len(s) for s, _ in pairs]) + 1  # + </s>
+    n_tgt = np.array([len(t) for _, t in pairs]) + 1  # + <s> (input) or </s> (output)
+    src = np.full((len(pairs), n_src.max()), PAD_ID, dtype=np.int64)  # (B, S)
+    tgt_in = np.full((len(pairs), n_tgt.max()), PAD_ID, dtype=np.int64)  # (B, T)
+    tgt_out = np.full_like(tgt_in, PAD_ID)  # (B, T)
+    for row, (source, target) in enumerate(pairs):
+        src[row, : len(source)] = source
+        src[row, len(source)] = EOS_ID
+        # Built separately rather than sliced from one <s> y </s> row, so that a short row's
+        # decoder input holds no stray </s>: both tensors then have padding in the same places.
+        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 1 : len(target) + 1] = target
+        tgt_out[row, : len(target)] = target
+        tgt_out[row, len(target)] = EOS_ID
+    src_t, tgt_in_t, tgt_out_t = map(torch.from_numpy, (src, tgt_in, tgt_out))
+    causal = subsequent_mask(tgt_in_t.shape[1])  # (1, 1, T, T)
+    tgt_mask = padding_mask(tgt_in_t, PAD_ID) & causal  # (B, 1, T, T)
+    return Batch(src_t, tgt_in_t, tgt_out_t, padding_mask(src_t, PAD_ID), tgt_mask)
+
+
+# %% book/data.md:764 (cell 29)
+def encode_pairs(
+    tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], max_len: int | None = None
+) -> list[tuple[list[int], list[int]]]:
+    """Encode sentence pairs; with ``max_len``, drop pairs with more tokens on either side.
+
+    Dropping is for training data only: evaluation must translate every sentence.
+    """
+    sources = tokenizer.encode_batch([s for s, _ in pairs])
+    targets = tokenizer.encode_batch([t for _, t in pairs])
+    encoded = list(zip(sources, targets, strict=True))
+    if max_len is not None:
+        encoded = [(s, t) for s, t in encoded if len(s) <= max_len and len(t) <= max_len]
+    return encoded
+
+
+def plan_batches(
+    lengths: Sequence[tuple[int, int]],
+    max_tokens: int,
+    seed: int = 0,
+    epoch: int = 0,
+    world_size: int = 1,
+    by_length: bool = True,
+) -> list[list[int]]:
+    """The pair indices of every batch of one epoch, all processes' batches in turn (§5.1).
+
+    ``lengths`` holds each pair's padded lengths ``(S_i, T_i)`` (with ``</s>`` / ``<s>``). A
+    batch's padded tensors stay within the budget: ``B * max S_i <= max_tokens`` and
+    ``B * max T_i <= max_tokens``. The count is a multiple of ``world_size``, and process ``r``
+    takes batches ``r, r + world_size, ...``. ``by_length=False`` fills batches in random order
+    (for comparison only). A pure function of its arguments.
+    """
+    if world_size < 1:
+        raise DataError(f"world_size must be at least 1, got {world_size}")
+    if len(lengths) < world_size:
+        raise DataError(
+            f"{len(lengths)} sentence pairs cannot be shared among {world_size} processes"
+        )
+    rng = np.random.default_rng([seed, epoch])
+    n_src = np.array([s for s, _ in lengths], dtype=np.int64)
+    n_tgt = np.array([t for _, t in lengths], dtype=np.int64)
+    ties = rng.random(len(lengths))
+    # The budget binds on a pair's longer side: sort by it, then by which side is the longer one,
+    # so that neighbours have similar widths on both sides (last key first for lexsort).
+    by_shape = np.lexsort((ties, n_src - n_tgt, np.maximum(n_src, n_tgt)))
+    order = by_shape if by_length else rng.permutation(len(lengths))
+
+    batches: list[list[int]] = []
+    current: list[int] = []
+    widest_src = widest_tgt = 0
+    for index in order.tolist():
+        s, t = int(n_src[index]), int(n_tgt[index])
+        if max(s, t) > max_tokens:
+            raise DataError(
+                f"sentence pair {index} has {s} source and {t} target tokens (with </s>), more "
+                f"than max_tokens={max_tokens}: raise max_tokens or drop long pairs with "
+                "encode_pairs(..., max_len=...)"
+            )
+        src_width, tgt_width = max(widest_src, s), max(widest_tgt, t)
+        if current and (len(current) + 1) * max(src_width, tgt_width) > max_tokens:
+            batches.append(current)
+            current, src_width, tgt_width = [], s, t
+        current.append(index)
+        widest_src, widest_tgt = src_width, tgt_width
+    if current:
+        batches.append(current)
+
+    # Equal shares for every process: split the largest batches until the count divides evenly.
+    while len(batches) % world_size:
+        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+        batch = batches.pop(largest)
+        half = len(batch) // 2
+        batches[largest:largest] = [batch[:half], batch[half:]]
+    return [batches[i] for i in rng.permutation(len(batches)).tolist()]
+
+
+def make_batches(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    max_tokens: int,
+    seed: int = 0,
+    epoch: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+) -> list[Batch]:
+    """This process's batches of one epoch, by length under a token budget (§5.1).
+
+    Every process gets the same number of batches; across ranks, every pair appears exactly once.
+    """
+    if not 0 <= rank < world_size:
+        raise DataError(f"rank must be in [0, {world_size}), got {rank}")
+    lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
+    plan = plan_batches(lengths, max_tokens, seed, epoch, world_size)
+    return [collate([pairs[i] for i in batch]) for batch in plan[rank::world_size]]
+
+
+@dataclass(frozen=True, eq=False)
+class BatchesByLength:
+    """The training loop's ``batches(epoch)``: :func:`make_batches` with everything but the epoch
+    fixed. ``max_tokens`` is per process and per batch (the paper's 25,000 is per update)."""
+
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]]  # encoded pairs, see encode_pairs
+    max_tokens: int  # budget for each of the padded source and target tensors
+    seed: int = 0  # with the epoch, decides the batches' members and order
+    rank: int = 0  # this process, 0 <= rank < world_size
+    world_size: int = 1  # the number of processes sharing each epoch
+
+    def __call__(self, epoch: int) -> list[Batch]:
+        return make_batches(
+            self.pairs, self.max_tokens, self.seed, epoch, self.rank, self.world_size
+        )
