@@ -9,15 +9,30 @@ from pathlib import Path
 from urllib.error import URLError
 
 import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transformer_lib import data
+from transformer_lib.attention import padding_mask, subsequent_mask
 from transformer_lib.data import (
+    BOS_ID,
+    EOS_ID,
     MULTI30K_SHA256,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    Batch,
+    BatchesByLength,
+    BPETokenizer,
     ChecksumError,
     DataError,
     DataNotFoundError,
+    collate,
+    encode_pairs,
     load_multi30k,
     load_parallel,
+    make_batches,
     multi30k_file,
 )
 
@@ -163,18 +178,6 @@ def test_multi30k_has_its_published_sizes():
 
 # ---------------------------------------------------------------------------- the tokenizer
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from transformer_lib.data import (  # noqa: E402
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    SPECIAL_TOKENS,
-    UNK_ID,
-    BPETokenizer,
-)
-
 SMALL_TEXT = [
     "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
     "Two young, White males are outside near many bushes.",
@@ -210,8 +213,6 @@ def test_decode_stops_at_eos_and_skips_specials(small_bpe):
     other = small_bpe.encode("Zwei Katzen.")
     assert small_bpe.decode([BOS_ID, *ids, EOS_ID, *other]) == "Ein Hund."
     assert small_bpe.decode([BOS_ID, *ids, PAD_ID, PAD_ID]) == "Ein Hund."
-    import torch
-
     assert small_bpe.decode(torch.tensor([BOS_ID, *ids, EOS_ID, PAD_ID])) == "Ein Hund."
     assert small_bpe.decode_batch([ids, other]) == ["Ein Hund.", "Zwei Katzen."]
     assert small_bpe.encode_batch(["Ein Hund.", "Zwei Katzen."]) == [ids, other]
@@ -252,11 +253,6 @@ def test_every_training_sentence_round_trips():
 
 
 # ---------------------------------------------------------------------------- batching
-
-import torch  # noqa: E402
-
-from transformer_lib.attention import padding_mask, subsequent_mask  # noqa: E402
-from transformer_lib.data import Batch, BatchesByLength, collate, encode_pairs, make_batches  # noqa: E402
 
 
 def numbered_pairs(n: int, seed: int = 0, longest: int = 40):
