@@ -225,7 +225,9 @@ def _write_checkpoint(state: dict, folder: Path, keep: int) -> Path:
     return path
 
 
-def _check_resumable(saved: dict, training: dict, model_config: dict | None) -> None:
+def _check_resumable(
+    saved: dict, training: dict, model_config: dict | None, metadata: dict | None = None
+) -> None:
     """Refuse a checkpoint whose configuration differs from this run's (but for what may change)."""
     changed = [
         f"training.{k}: {saved['training'].get(k)!r} in the checkpoint, {v!r} now"
@@ -239,6 +241,8 @@ def _check_resumable(saved: dict, training: dict, model_config: dict | None) -> 
             for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k)
         ]
+    if (metadata or {}) != (saved.get("run") or {}):
+        changed.append(f"run: {saved.get('run')!r} in the checkpoint, {metadata!r} now")
     if changed:
         raise CheckpointError(
             "the checkpoint was written by another configuration ("
@@ -259,7 +263,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-# %% book/training.md:493 (cell 25)
+# %% book/training.md:497 (cell 25)
 def train(
     model: nn.Module,
     batches: Callable[[int], Sequence],
@@ -270,6 +274,8 @@ def train(
     pad_id: int,
     valid_batches: Sequence | None = None,
     model_config=None,
+    metadata: dict | None = None,
+    attachments: dict | None = None,
     resume: bool = False,
     device: str | torch.device | None = None,
     progress: bool = True,
@@ -278,7 +284,10 @@ def train(
 
     ``batches(epoch)`` returns this process's batches of that epoch, the same list each time.
     ``model_config`` (a dataclass, e.g. ``TransformerConfig``) is stored with every checkpoint and
-    checked on resume. With ``resume`` the run continues from ``checkpoints/last.pt`` and reaches
+    checked on resume, as is ``metadata`` (a JSON-able description of the run, e.g. the data and
+    languages, kept in ``config.json`` and every checkpoint). ``attachments`` go into every
+    checkpoint as they are (e.g. the tokenizer, so that a checkpoint alone can translate); they
+    must be what ``weights_only`` loading accepts. With ``resume`` the run continues from ``checkpoints/last.pt`` and reaches
     the same weights, bit for bit, as a run that never stopped. Under ``torchrun`` the model is
     wrapped in DistributedDataParallel; rank 0 alone writes files.
     """
@@ -287,6 +296,7 @@ def train(
     run_dir, folder = Path(run_dir), Path(run_dir) / "checkpoints"
     training = _jsonable(config)
     model_dict = _jsonable(model_config) if model_config is not None else None
+    metadata = json.loads(json.dumps(metadata)) if metadata is not None else None  # as reloaded
     model.to(device)
     optimizer, scheduler = make_optimizer(
         model, d_model, config.warmup_steps, config.lr_scale, config.betas, config.eps
@@ -294,7 +304,7 @@ def train(
     step, epoch, index, wall = 0, 0, 0, 0.0
     if resume:
         state = load_checkpoint(folder / "last.pt", map_location=device)
-        _check_resumable(state["config"], training, model_dict)
+        _check_resumable(state["config"], training, model_dict, metadata)
         if len(state["rng"]) != world:
             raise CheckpointError(
                 f"the checkpoint was written by {len(state['rng'])} processes and this run has "
@@ -319,7 +329,7 @@ def train(
         torch.manual_seed(config.seed + rank)
         if rank == 0:
             run_dir.mkdir(parents=True, exist_ok=True)
-            config_json = {"training": training, "model": model_dict}
+            config_json = {"training": training, "model": model_dict, "run": metadata}
             (run_dir / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")
 
     network = model
@@ -421,9 +431,10 @@ def train(
                         "scheduler": scheduler.state_dict(),
                         "step": step,
                         "data": {"epoch": epoch, "batch": index},
-                        "config": {"training": training, "model": model_dict},
+                        "config": {"training": training, "model": model_dict, "run": metadata},
                         "rng": rngs,
                         "wall": wall,
+                        **(attachments or {}),
                     }
                     _write_checkpoint(state, folder, config.keep_checkpoints)
     finally:
