@@ -24,3 +24,97 @@ def subsequent_mask(size: int, device: torch.device | None = None) -> Tensor:
     """
     causal = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (T, T)
     return causal[None, None]  # (1, 1, T, T)
+
+
+# %% book/attention.md:125 (cell 8)
+import math
+
+import torch.nn.functional as F
+from torch import nn
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, written out (§3.2.1, equation 1).
+
+    Shapes: query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v); ``mask`` broadcasts
+    to (..., L_q, L_k), ``True`` = may attend. Returns the output (..., L_q, d_v) and the weights
+    (..., L_q, L_k). A query with no key to attend to gets zero weights and a zero output.
+    """
+    d_k = query.shape[-1]
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., L_q, L_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:  # an all -inf row is NaN after the softmax: make it zero
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, dropout_p)
+    return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
+
+
+# %% book/attention.md:243 (cell 14)
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (§3.2.2): h attentions of width d_k = d_model / h, concatenated.
+
+    ``forward(query (B, L_q, d_model), key (B, L_k, d_model), value (B, L_k, d_model), mask)``
+    returns (B, L_q, d_model). ``mask`` broadcasts to (B, h, L_q, L_k), ``True`` = may attend.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout  # on the attention weights; the paper uses none (0.0)
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # W^Q, W^K, W^V of all heads
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.weights: Tensor | None = None  # the last weights, when asked for (need_weights)
+
+    def _split(self, x: Tensor) -> Tensor:  # (B, L, d_model) -> (B, h, L, d_k)
+        return x.unflatten(-1, (self.n_heads, self.d_k)).transpose(1, 2)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        cache: dict | None = None,
+    ) -> Tensor:
+        """``need_weights``: take the written-out path and keep the weights (B, h, L_q, L_k) in
+        ``self.weights``. ``cache`` (a dict, empty at the first call) serves incremental decoding:
+        self-attention appends the new keys and values to it; attention over another sequence
+        (the encoder output) computes that sequence's keys and values once and reuses them."""
+        d = self.d_model
+        weight, bias = self.in_proj.weight, self.in_proj.bias
+        if query is key and key is value:  # self-attention: one matrix multiplication
+            q, k, v = map(self._split, self.in_proj(query).chunk(3, dim=-1))  # (B, h, L, d_k)
+            if cache is not None:
+                if "key" in cache:
+                    k = torch.cat([cache["key"], k], dim=2)
+                    v = torch.cat([cache["value"], v], dim=2)
+                cache["key"], cache["value"] = k, v
+        else:
+            q = self._split(F.linear(query, weight[:d], None if bias is None else bias[:d]))
+            if cache is not None and "key" in cache:
+                k, v = cache["key"], cache["value"]
+            else:
+                b_k = None if bias is None else bias[d : 2 * d]
+                b_v = None if bias is None else bias[2 * d :]
+                k = self._split(F.linear(key, weight[d : 2 * d], b_k))
+                v = self._split(F.linear(value, weight[2 * d :], b_v))
+                if cache is not None:
+                    cache["key"], cache["value"] = k, v
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            out, self.weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, L_q, d_model)
