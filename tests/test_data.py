@@ -377,3 +377,11 @@ def test_multi30k_train_batches_under_the_paper_budget():
         for row_src, row_tgt in zip(b.src, b.tgt_out, strict=True)
     )
     assert restored == sorted(train)
+
+
+def test_tokenizer_json_text_round_trip():
+    tokenizer = BPETokenizer.train(["ein Hund läuft", "a dog runs"] * 20, vocab_size=300)
+    again = BPETokenizer.from_json(tokenizer.to_json())
+    assert again.encode("ein Hund runs") == tokenizer.encode("ein Hund runs")
+    with pytest.raises(DataError, match="not a tokenizers JSON"):
+        BPETokenizer.from_json("{")

@@ -130,3 +130,124 @@ def test_a_larger_alpha_never_prefers_shorter_outputs(seed):
 def test_beam_size_must_be_positive():
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(ToyState(1), BOS, EOS, torch.tensor([3]), beam_size=0)
+
+
+# --- The model as a decoder state: incremental decoding against re-running the decoder.
+
+from transformer_lib.attention import padding_mask  # noqa: E402
+from transformer_lib.data import BOS_ID, EOS_ID  # noqa: E402
+from transformer_lib.decoding import IncrementalDecoder, RerunDecoder  # noqa: E402
+from transformer_lib.model import Transformer, TransformerConfig  # noqa: E402
+
+
+def random_model(seed: int, **changes) -> Transformer:
+    torch.manual_seed(seed)
+    settings = dict(src_vocab_size=23, tgt_vocab_size=23, d_model=16, d_ff=32, n_heads=4)
+    model = Transformer(TransformerConfig(n_layers=2, dropout=0.0, **{**settings, **changes}))
+    return model.eval()
+
+
+def padded_sources(seed: int, lengths=(7, 3, 5, 1)) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        src[row, :length] = torch.randint(3, 23, (length,), generator=g)
+    return src
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"norm_first": True}, {"positional": "learned"}, {"tie_embeddings": False}],
+    ids=["post-LN", "pre-LN", "learned", "untied"],
+)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_incremental_logits_equal_rerunning_the_decoder(changes, seed):
+    model = random_model(seed, **changes)
+    src = padded_sources(seed)
+    g = torch.Generator().manual_seed(seed + 10)
+    with torch.no_grad():
+        fast, slow = IncrementalDecoder(model, src), RerunDecoder(model, src)
+        tokens = torch.full((len(src),), BOS_ID, dtype=torch.long)
+        for step in range(9):
+            a, b = fast.step(tokens), slow.step(tokens)
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+            if step == 4:  # beam search reorders, duplicates and drops rows
+                rows = torch.tensor([2, 0, 0, 3])
+                fast.select(rows)
+                slow.select(rows)
+            tokens = torch.randint(3, 23, (len(src),), generator=g)
+
+
+def test_rerun_decoder_matches_the_full_forward_pass():
+    model = random_model(3)
+    src = padded_sources(3)
+    tgt = torch.cat([torch.full((4, 1), BOS_ID), torch.randint(3, 23, (4, 6))], dim=1)
+    with torch.no_grad():
+        full = model(src, tgt)  # (B, T, V)
+        state = RerunDecoder(model, src, padding_mask(src, 0))
+        for t in range(tgt.shape[1]):
+            torch.testing.assert_close(state.step(tgt[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_greedy_and_beam_give_the_same_tokens_with_either_state(seed):
+    model = random_model(seed, src_vocab_size=30, tgt_vocab_size=30)
+    src = padded_sources(seed)
+    limits = torch.tensor([12, 8, 10, 6])
+    with torch.no_grad():
+        greedy = [
+            greedy_search(cls(model, src), BOS_ID, EOS_ID, limits)
+            for cls in (IncrementalDecoder, RerunDecoder)
+        ]
+        beams = [
+            [h.tokens for h in beam_search(cls(model, src), BOS_ID, EOS_ID, limits, beam_size=3)]
+            for cls in (IncrementalDecoder, RerunDecoder)
+        ]
+    assert greedy[0] == greedy[1]
+    assert beams[0] == beams[1]
+
+
+# --- translate(): text in, text out, in order, batched as if one at a time.
+
+from transformer_lib.data import BPETokenizer  # noqa: E402
+from transformer_lib.decoding import translate  # noqa: E402
+
+SENTENCES = [
+    "Ein Hund rennt durch das Gras.",
+    "",
+    "Zwei Männer spielen Fußball auf einem großen Feld.",
+    "Eine Frau.",
+    "   ",
+    "Kinder spielen im Schnee neben einem Haus.",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BPETokenizer.train([s for s in SENTENCES if s.strip()] * 5, vocab_size=300)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_translate_batched_equals_one_at_a_time(tokenizer, beam_size):
+    model = random_model(
+        5, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size
+    )
+    model = model.double()
+    together = translate(
+        model, tokenizer, SENTENCES, beam_size=beam_size, batch_size=4, extra_length=6
+    )
+    alone = [
+        translate(model, tokenizer, [s], beam_size=beam_size, extra_length=6)[0] for s in SENTENCES
+    ]
+    assert together == alone
+    assert together[1] == "" and together[4] == ""
+    assert len(together) == len(SENTENCES)
+
+
+def test_translate_cuts_a_too_long_sentence_with_a_warning(tokenizer):
+    model = random_model(
+        6, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, max_len=12
+    )
+    with pytest.warns(UserWarning, match="translating its beginning only"):
+        out = translate(model, tokenizer, [SENTENCES[2] * 3], beam_size=2)
+    assert isinstance(out[0], str)

@@ -277,6 +277,19 @@ class BPETokenizer:
             raise DataError(f"{path} is not a tokenizers JSON file: {err}") from err
         return cls(tokenizer)
 
+    @classmethod
+    def from_json(cls, text: str) -> "BPETokenizer":
+        """A tokenizer from the JSON text of :meth:`to_json` (as kept inside a checkpoint)."""
+        try:
+            tokenizer = Tokenizer.from_str(text)
+        except Exception as err:  # tokenizers raises a bare Exception on malformed JSON
+            raise DataError(f"not a tokenizers JSON text: {err}") from err
+        return cls(tokenizer)
+
+    def to_json(self) -> str:
+        """The vocabulary and merges as JSON text: a checkpoint carries its tokenizer in it."""
+        return self.tokenizer.to_str()
+
     def save(self, path: str | os.PathLike) -> None:
         """Write the vocabulary and merges as JSON, atomically (a temporary file, then rename)."""
         path = Path(path)
@@ -322,7 +335,7 @@ class BPETokenizer:
         return [text[1:] if text.startswith(" ") else text for text in texts]
 
 
-# %% book/data.md:664 (cell 26)
+# %% book/data.md:677 (cell 26)
 @dataclass(frozen=True)
 class Batch:
     """Padded sentence pairs as the model consumes them (§5.1); ``True`` in a mask = may attend.
@@ -376,7 +389,7 @@ def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
     return Batch(src_t, tgt_in_t, tgt_out_t, padding_mask(src_t, PAD_ID), tgt_mask)
 
 
-# %% book/data.md:763 (cell 29)
+# %% book/data.md:776 (cell 29)
 def encode_pairs(
     tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], max_len: int | None = None
 ) -> list[tuple[list[int], list[int]]]:

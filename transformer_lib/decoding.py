@@ -130,3 +130,121 @@ def beam_search(
         scores = top.gather(1, order)[keep]
         active = [active[a] for a in keep.tolist()]
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
+
+
+# %% book/decoding.md:205 (cell 6)
+from transformer_lib.attention import padding_mask, subsequent_mask
+
+
+class RerunDecoder:
+    """A :class:`DecoderState` that runs the whole decoder again on the prefix at every step.
+
+    ``src`` (N, S) int64; ``src_mask`` (N, 1, 1, S) defaults to the padding mask.
+    """
+
+    def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
+        self.model = model
+        self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
+        self.memory = model.encode(src, self.src_mask)  # (N, S, d_model)
+        self.prefix = src.new_empty((len(src), 0))  # (N, t) tokens given so far
+
+    def step(self, tokens: Tensor) -> Tensor:
+        self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)
+        causal = subsequent_mask(self.prefix.shape[1], tokens.device)
+        states = self.model.decode(self.prefix, self.memory, self.src_mask, causal)
+        return self.model.generator(states[:, -1])  # (N, V)
+
+    def select(self, rows: Tensor) -> None:
+        self.prefix, self.memory = self.prefix[rows], self.memory[rows]
+        self.src_mask = self.src_mask[rows]
+
+
+# %% book/decoding.md:242 (cell 8)
+class IncrementalDecoder:
+    """A :class:`DecoderState` that computes only the new position at each step, with a cache of
+    every layer's keys and values (self-attention: all positions so far; encoder-decoder
+    attention: the encoder output's, computed once)."""
+
+    def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
+        self.model = model
+        self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
+        self.memory = model.encode(src, self.src_mask)  # (N, S, d_model)
+        self.cache: dict = {}
+
+    def step(self, tokens: Tensor) -> Tensor:
+        # One new position per row; no mask needed: it may see every earlier position.
+        states = self.model.decode(tokens[:, None], self.memory, self.src_mask, cache=self.cache)
+        return self.model.generator(states[:, -1])  # (N, V)
+
+    def select(self, rows: Tensor) -> None:
+        self.memory, self.src_mask = self.memory[rows], self.src_mask[rows]
+        _select_rows(self.cache, rows)
+
+
+def _select_rows(cache: dict, rows: Tensor) -> None:
+    for key, value in cache.items():
+        if isinstance(value, dict):
+            _select_rows(value, rows)
+        elif isinstance(value, Tensor):
+            cache[key] = value[rows]
+
+
+# %% book/decoding.md:283 (cell 10)
+import warnings
+from collections.abc import Sequence
+
+from tqdm import tqdm
+
+from transformer_lib.data import BOS_ID, EOS_ID, PAD_ID
+
+
+@torch.inference_mode()
+def translate(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    extra_length: int = 50,
+    progress: bool = False,
+) -> list[str]:
+    """Translate ``sentences`` (§6.1: beam 4, alpha 0.6, output up to input length + 50).
+
+    ``tokenizer`` is the run's :class:`~transformer_lib.data.BPETokenizer`; ``beam_size=1`` is
+    greedy search. The model stays on its device; the result is in the order of ``sentences``.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    limit = model.config.max_len  # positions of the encoder, and output tokens of the decoder
+    encoded = tokenizer.encode_batch(list(sentences))
+    for number, ids in enumerate(encoded):
+        if len(ids) + 1 > limit:
+            warnings.warn(
+                f"sentence {number + 1} has {len(ids)} tokens; the model reads at most "
+                f"{limit - 1}: translating its beginning only",
+                stacklevel=2,
+            )
+            encoded[number] = ids[: limit - 1]
+    todo = [i for i, text in enumerate(sentences) if text.strip()]
+    todo.sort(key=lambda i: len(encoded[i]), reverse=True)  # similar lengths share a batch
+    results = [""] * len(sentences)
+    batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
+    for batch in tqdm(batches, disable=not progress, unit="batch", desc="translating"):
+        lengths = [len(encoded[i]) + 1 for i in batch]  # + </s>
+        src = torch.full((len(batch), max(lengths)), PAD_ID, dtype=torch.long)
+        for row, i in enumerate(batch):
+            src[row, : lengths[row]] = torch.tensor(encoded[i] + [EOS_ID])
+        src = src.to(device)
+        max_lengths = torch.tensor(lengths, device=device).add(extra_length).clamp(max=limit)
+        state = IncrementalDecoder(model, src)
+        if beam_size == 1:
+            outputs = greedy_search(state, BOS_ID, EOS_ID, max_lengths)
+        else:
+            found = beam_search(state, BOS_ID, EOS_ID, max_lengths, beam_size, alpha)
+            outputs = [hypothesis.tokens for hypothesis in found]
+        for i, text in zip(batch, tokenizer.decode_batch(outputs), strict=True):
+            results[i] = text
+    model.train(was_training)
+    return results
