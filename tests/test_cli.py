@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 
 def run(*args):
     return subprocess.run(
@@ -68,3 +70,82 @@ def test_average_into_a_missing_folder_is_a_usage_error(tmp_path):
     result = run("average", "--out", str(tmp_path / "no" / "avg.pt"), str(tmp_path / "x.pt"))
     assert result.returncode == 2
     assert "does not exist" in result.stderr and "Traceback" not in result.stderr
+
+
+# --- train: errors are one line with status 2; a short run writes a run folder and resumes.
+
+
+def train(*options):
+    return run("train", "--profile", "ci", "--src", "de", "--tgt", "en", "--quiet", *options)
+
+
+def test_train_with_a_missing_data_folder_is_a_usage_error(tmp_path):
+    result = train("--out", str(tmp_path / "run"), "--data-dir", str(tmp_path / "none"))
+    assert result.returncode == 2
+    assert "is not a folder" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_train_into_an_unwritable_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = train("--out", str(blocker / "run"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: cannot write to the output folder")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_train_same_language_twice_is_refused(tmp_path):
+    result = run("train", "--profile", "ci", "--src", "de", "--tgt", "de", "--out", str(tmp_path))
+    assert result.returncode == 2 and "both 'de'" in result.stderr
+
+
+def test_train_bad_option_value_is_a_usage_error(tmp_path):
+    result = run("train", "--profile", "huge", "--src", "de", "--tgt", "en", "--out", str(tmp_path))
+    assert result.returncode == 2 and "invalid choice: 'huge'" in result.stderr
+
+
+def test_resume_without_a_run_is_refused(tmp_path):
+    result = train("--out", str(tmp_path / "run"), "--resume")
+    assert result.returncode == 2 and "nothing to resume" in result.stderr
+
+
+@pytest.mark.slow
+def test_train_writes_a_run_and_resumes_it(tmp_path):
+    import json
+
+    import torch
+
+    from transformer_lib.training import load_checkpoint
+
+    out = tmp_path / "run"
+    first = train("--out", str(out), "--max-steps", "2")
+    assert first.returncode == 0, first.stderr
+    assert "trained to step 2" in first.stdout
+    config = json.loads((out / "config.json").read_text())
+    assert config["run"] == {"data": "multi30k", "src": "de", "tgt": "en", "profile": "ci"}
+    assert (out / "tokenizer.json").is_file()
+    again = train("--out", str(out), "--max-steps", "2")
+    assert again.returncode == 2 and "--resume" in again.stderr  # a run is never overwritten
+    resumed = train("--out", str(out), "--max-steps", "4", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    state = load_checkpoint(out / "checkpoints" / "last.pt")
+    assert state["step"] == 4 and isinstance(state["tokenizer"], str)
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 4
+    assert torch.isfinite(torch.stack([p.float().sum() for p in state["model"].values()])).all()
+
+
+@pytest.mark.slow
+def test_train_under_torchrun_with_two_processes(tmp_path):
+    out = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        "-m", "transformer_lib", "train", "--profile", "ci", "--src", "en", "--tgt", "de",
+        "--out", str(out), "--max-steps", "2", "--quiet",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    from transformer_lib.training import load_checkpoint
+
+    state = load_checkpoint(out / "checkpoints" / "last.pt")
+    assert state["step"] == 2 and len(state["rng"]) == 2  # both processes' random states

@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=transformer_lib.__version__)
     commands = parser.add_subparsers(dest="command", title="commands", metavar="<command>")
+    add_train_command(commands)
     add_average_command(commands)
     return parser
 
@@ -42,7 +43,62 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:101 (cell 6)
+# %% book/command_line.md:103 (cell 6)
+def add_train_command(commands) -> None:
+    command = commands.add_parser(
+        "train",
+        help="train a translation model on Multi30k (paper §5)",
+        description="Train a Transformer on Multi30k into a run folder (config.json, "
+        "metrics.jsonl, tokenizer.json, checkpoints/). Runs under torchrun for several GPUs.",
+    )
+    command.add_argument("--profile", required=True, choices=["ci", "full"], help="run size")
+    command.add_argument("--src", required=True, choices=["de", "en"], help="source language")
+    command.add_argument("--tgt", required=True, choices=["de", "en"], help="target language")
+    command.add_argument("--out", required=True, type=Path, help="the run folder")
+    command.add_argument("--resume", action="store_true", help="continue from checkpoints/last.pt")
+    command.add_argument("--max-steps", type=int, help="train to this many updates instead")
+    command.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
+    command.add_argument("--quiet", action="store_true", help="no progress bar")
+    command.set_defaults(run=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    import os
+
+    import torch
+
+    from transformer_lib.training import train_translation
+
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        raise UsageError(f"--data-dir {args.data_dir} is not a folder")
+    device = None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized():
+        if torch.cuda.is_available():
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        summary = train_translation(
+            args.profile,
+            args.src,
+            args.tgt,
+            args.out,
+            data_dir=args.data_dir,
+            resume=args.resume,
+            max_steps=args.max_steps,
+            device=device,
+            progress=not args.quiet,
+        )
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    valid = summary["valid"]
+    result = f"; validation loss {valid['loss']:.3f}" if valid else ""
+    print(f"trained to step {summary['step']} in {summary['wall_s']:.0f} s{result}: {args.out}")
+    return 0
+
+
+# %% book/command_line.md:186 (cell 10)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",

@@ -442,3 +442,149 @@ def train(
         if metrics is not None:
             metrics.close()
     return {"step": step, "epoch": epoch, "wall_s": wall, "valid": last_valid}
+
+
+# %% book/training.md:699 (cell 27)
+from transformer_lib.data import (
+    PAD_ID,
+    VOCAB_SIZE,
+    BatchesByLength,
+    BPETokenizer,
+    encode_pairs,
+    load_multi30k,
+    make_batches,
+)
+from transformer_lib.model import Transformer, TransformerConfig
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One name for a run's sizes: the model, the training, the vocabulary (see PROFILES)."""
+
+    model: TransformerConfig  # the vocabulary sizes are set from the tokenizer at the start
+    training: TrainingConfig
+    vocab_size: int = VOCAB_SIZE  # the joint BPE vocabulary the data chapter chose
+    max_len: int = 128  # training pairs with a longer side (in BPE tokens) are left out
+
+
+PROFILES = {
+    "ci": Profile(
+        model=TransformerConfig(
+            VOCAB_SIZE, VOCAB_SIZE, d_model=128, d_ff=512, n_heads=4, n_layers=2, dropout=0.1
+        ),
+        training=TrainingConfig(
+            max_steps=400,
+            warmup_steps=100,
+            max_tokens=3000,
+            log_every=10,
+            checkpoint_every=100,
+            keep_checkpoints=5,
+        ),
+        vocab_size=2000,  # on a CPU the projection onto the vocabulary dominates the cost
+    ),
+    "full": Profile(
+        model=TransformerConfig(VOCAB_SIZE, VOCAB_SIZE, dropout=0.3),
+        training=TrainingConfig(
+            max_steps=8000,
+            warmup_steps=1000,
+            max_tokens=8192,
+            log_every=50,
+            checkpoint_every=250,
+            keep_checkpoints=5,
+            validate_every=500,
+        ),
+    ),
+}
+
+
+def _writable_folder(out: Path) -> None:
+    """Fail now, with a clear message, if the run could not write its files."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise ValueError(f"cannot write to the output folder {out}: {err.strerror}") from err
+
+
+def train_translation(
+    profile: str | Profile,
+    src: str,
+    tgt: str,
+    out: Path,
+    *,
+    data_dir: Path | None = None,
+    resume: bool = False,
+    max_steps: int | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = True,
+) -> dict:
+    """Train a ``src`` -> ``tgt`` model on Multi30k with a profile (``"ci"``, ``"full"``) into ``out``.
+
+    ``out`` receives ``config.json``, ``metrics.jsonl``, ``tokenizer.json`` and ``checkpoints/``.
+    With ``resume`` the run continues from ``out/checkpoints/last.pt``. Returns train()'s summary.
+    """
+    if isinstance(profile, str):
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
+        name, profile = profile, PROFILES[profile]
+    else:
+        name = "custom"
+    if src == tgt:
+        raise ValueError(f"source and target language are both {src!r}: choose two languages")
+    out = Path(out)
+    last = out / "checkpoints" / "last.pt"
+    if resume and not last.is_file():
+        raise FileNotFoundError(f"nothing to resume: {last} does not exist (drop --resume)")
+    if not resume and last.exists():
+        raise ValueError(
+            f"{out} already holds a run: add --resume to continue it, or pick a new --out"
+        )
+    training = profile.training
+    if max_steps is not None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        training = dataclasses.replace(training, max_steps=max_steps)
+    train_pairs = load_multi30k("train", src, tgt, data_dir)  # checks the data before any work
+    valid_pairs = load_multi30k("val", src, tgt, data_dir)
+    _writable_folder(out)
+
+    rank, world = _distributed()
+    tokenizer_path = out / "tokenizer.json"
+    if rank == 0 and not tokenizer_path.is_file():
+        sentences = [sentence for pair in train_pairs for sentence in pair]
+        BPETokenizer.train(sentences, profile.vocab_size).save(tokenizer_path)
+    if world > 1:
+        torch.distributed.barrier()  # the other ranks wait for rank 0's tokenizer
+    tokenizer = BPETokenizer.load(tokenizer_path)
+
+    vocab = tokenizer.vocab_size
+    config = dataclasses.replace(
+        profile.model, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=PAD_ID
+    )
+    torch.manual_seed(training.seed)  # the same initial weights in every process
+    model = Transformer(config)
+    batches = BatchesByLength(
+        encode_pairs(tokenizer, train_pairs, profile.max_len),
+        training.max_tokens,
+        training.seed,
+        rank,
+        world,
+    )
+    valid_batches = make_batches(encode_pairs(tokenizer, valid_pairs), training.max_tokens)
+    metadata = {"data": "multi30k", "src": src, "tgt": tgt, "profile": name}
+    return train(
+        model,
+        batches,
+        training,
+        out,
+        d_model=config.d_model,
+        pad_id=PAD_ID,
+        valid_batches=valid_batches,
+        model_config=config,
+        metadata=metadata,
+        attachments={"tokenizer": tokenizer.to_json()},
+        resume=resume,
+        device=device,
+        progress=progress,
+    )
