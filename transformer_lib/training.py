@@ -479,6 +479,7 @@ PROFILES = {
             log_every=10,
             checkpoint_every=100,
             keep_checkpoints=5,
+            validate_every=100,
         ),
         vocab_size=2000,  # on a CPU the projection onto the vocabulary dominates the cost
     ),
