@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=transformer_lib.__version__)
     commands = parser.add_subparsers(dest="command", title="commands", metavar="<command>")
     add_train_command(commands)
+    add_translate_command(commands)
+    add_evaluate_command(commands)
     add_average_command(commands)
     return parser
 
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:103 (cell 6)
+# %% book/command_line.md:105 (cell 6)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -98,7 +100,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:186 (cell 10)
+# %% book/command_line.md:188 (cell 10)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -120,4 +122,125 @@ def run_average(args: argparse.Namespace) -> int:
     result = average_checkpoints(args.checkpoints, out=args.out)
     steps = ", ".join(str(step) for step in result["averaged_steps"])
     print(f"averaged the models of steps {steps} into {args.out}")
+    return 0
+
+
+# %% book/command_line.md:258 (cell 14)
+def _add_search_options(command) -> None:
+    command.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint to use")
+    command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
+    command.add_argument("--alpha", type=float, default=0.6, help="length penalty (default 0.6)")
+    command.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
+    command.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
+
+
+def _load(args: argparse.Namespace):
+    import torch
+
+    from transformer_lib.evaluation import load_translator
+
+    if args.beam < 1 or args.batch_size < 1:
+        raise UsageError(
+            f"--beam and --batch-size must be at least 1 (got {args.beam}, {args.batch_size})"
+        )
+    if not args.checkpoint.is_file():
+        raise UsageError(f"--checkpoint {args.checkpoint} is not a file")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return load_translator(args.checkpoint, device)
+
+
+def add_translate_command(commands) -> None:
+    command = commands.add_parser(
+        "translate",
+        help="translate sentences from stdin to stdout (paper §6.1 search)",
+        description="Translate one sentence a line from standard input to standard output.",
+    )
+    _add_search_options(command)
+    command.set_defaults(run=run_translate)
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    import warnings
+
+    from transformer_lib.decoding import translate
+
+    model, tokenizer, _ = _load(args)
+    sentences = sys.stdin.read().splitlines()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        translations = translate(
+            model,
+            tokenizer,
+            sentences,
+            beam_size=args.beam,
+            alpha=args.alpha,
+            batch_size=args.batch_size,
+            progress=not sys.stdin.isatty(),
+        )
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr)
+    sys.stdout.write("".join(line + "\n" for line in translations))
+    return 0
+
+
+# %% book/command_line.md:349 (cell 18)
+def add_evaluate_command(commands) -> None:
+    command = commands.add_parser(
+        "evaluate",
+        help="BLEU and chrF of a checkpoint on a Multi30k split (sacreBLEU)",
+        description="Translate a Multi30k split and score it with sacreBLEU; write JSON and the "
+        "hypotheses.",
+    )
+    _add_search_options(command)
+    command.add_argument(
+        "--split",
+        default="test_2016_flickr",
+        help="val, test_2016_flickr (default), test_2017_flickr, test_2017_mscoco, test_2018_flickr",
+    )
+    command.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
+    command.add_argument(
+        "--out", type=Path, help="the JSON file to write (default: beside the checkpoint)"
+    )
+    command.add_argument("--limit", type=int, help="only the first N sentences (a quick look)")
+    command.add_argument("--quiet", action="store_true", help="no progress bar")
+    command.set_defaults(run=run_evaluate)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from transformer_lib.evaluation import evaluate_split, save_evaluation
+
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        raise UsageError(f"--data-dir {args.data_dir} is not a folder")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {args.limit}")
+    out = args.out or args.checkpoint.with_name(f"{args.checkpoint.stem}.{args.split}.json")
+    if not out.parent.is_dir():
+        raise UsageError(f"the folder for --out, {out.parent}, does not exist: create it first")
+    model, tokenizer, checkpoint = _load(args)
+    run = checkpoint["config"].get("run") or {}
+    if "src" not in run or "tgt" not in run:
+        raise UsageError(f"{args.checkpoint} does not say which languages it translates")
+    scores, hypotheses = evaluate_split(
+        model,
+        tokenizer,
+        args.split,
+        run["src"],
+        run["tgt"],
+        data_dir=args.data_dir,
+        beam_size=args.beam,
+        alpha=args.alpha,
+        batch_size=args.batch_size,
+        limit=args.limit,
+        progress=not args.quiet,
+    )
+    scores = {**scores, "checkpoint": str(args.checkpoint), "step": int(checkpoint["step"])}
+    hypotheses_path = save_evaluation(scores, hypotheses, out)
+    print(
+        f"{args.split} {run['src']}->{run['tgt']}, {scores['sentences']} sentences, "
+        f"beam {args.beam}, alpha {args.alpha}"
+    )
+    print(scores["bleu_detail"])
+    print(f"chrF = {scores['chrf']:.2f}")
+    print(f"BLEU signature: {scores['bleu_signature']}")
+    print(f"wrote {out} and {hypotheses_path}")
     return 0

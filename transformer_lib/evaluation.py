@@ -104,3 +104,91 @@ def corpus_scores(
         "chrf_signature": str(chrf.get_signature()),
         "sentences": len(hypotheses),
     }
+
+
+# %% book/decoding.md:515 (cell 20)
+import json
+import os
+import tempfile
+
+from transformer_lib.data import BPETokenizer, load_multi30k
+from transformer_lib.decoding import translate
+from transformer_lib.model import Transformer, TransformerConfig
+
+
+def load_translator(
+    path: Path, device: str | torch.device = "cpu"
+) -> tuple[Transformer, BPETokenizer, dict]:
+    """The model (in eval mode, on ``device``), tokenizer and checkpoint dict of a checkpoint
+    written by ``train_translation`` or ``average_checkpoints``."""
+    checkpoint = load_checkpoint(Path(path), map_location=device)
+    model_config = checkpoint.get("config", {}).get("model")
+    if model_config is None or "tokenizer" not in checkpoint:
+        raise CheckpointError(
+            f"{path} has no model configuration or no tokenizer: translation needs a checkpoint "
+            "written by the train command (python -m transformer_lib train)"
+        )
+    model = Transformer(TransformerConfig(**model_config))
+    model.load_state_dict(checkpoint["model"])
+    model.to(device).eval()
+    return model, BPETokenizer.from_json(checkpoint["tokenizer"]), checkpoint
+
+
+def evaluate_split(
+    model: Transformer,
+    tokenizer: BPETokenizer,
+    split: str,
+    src: str,
+    tgt: str,
+    *,
+    data_dir: Path | None = None,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    limit: int | None = None,
+    progress: bool = False,
+) -> tuple[dict, list[str]]:
+    """Translate a Multi30k ``split`` from ``src`` to ``tgt`` and score it with sacreBLEU.
+
+    Returns the scores (with the settings used) and the hypotheses, in the order of the file.
+    ``limit`` keeps only the first sentences (for quick looks; the result says so).
+    """
+    pairs = load_multi30k(split, src, tgt, data_dir)[:limit]
+    hypotheses = translate(
+        model,
+        tokenizer,
+        [source for source, _ in pairs],
+        beam_size=beam_size,
+        alpha=alpha,
+        batch_size=batch_size,
+        progress=progress,
+    )
+    scores = corpus_scores(hypotheses, [target for _, target in pairs])
+    settings = {"split": split, "src": src, "tgt": tgt, "beam_size": beam_size, "alpha": alpha}
+    return {**settings, **scores}, hypotheses
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file: readers see the old or the new file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_evaluation(scores: dict, hypotheses: list[str], path: Path) -> Path:
+    """Write ``scores`` as JSON to ``path`` and the hypotheses, one a line, beside it
+    (``.hyp.txt`` instead of ``.json``); returns the hypotheses' path."""
+    path = Path(path)
+    hypotheses_path = path.with_suffix(".hyp.txt")
+    write_text_atomically(hypotheses_path, "".join(line + "\n" for line in hypotheses))
+    record = {**scores, "hypotheses": hypotheses_path.name}
+    write_text_atomically(path, json.dumps(record, indent=2) + "\n")
+    return hypotheses_path

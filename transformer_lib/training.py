@@ -589,3 +589,55 @@ def train_translation(
         device=device,
         progress=progress,
     )
+
+
+# %% book/training.md:857 (cell 29)
+import fcntl
+import hashlib
+
+
+def _library_hash() -> str:
+    """A hash of every module of this package: the identity of the code that trains a run."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def default_runs_dir() -> Path:
+    """Where :func:`cached_run` keeps runs: ``$TRANSFORMER_LIB_RUNS``, else
+    ``$XDG_CACHE_HOME/transformer_lib/runs`` (``~/.cache`` by default)."""
+    if os.environ.get("TRANSFORMER_LIB_RUNS"):
+        return Path(os.environ["TRANSFORMER_LIB_RUNS"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "transformer_lib" / "runs"
+
+
+def cached_run(
+    profile: str,
+    src: str,
+    tgt: str,
+    *,
+    data_dir: Path | None = None,
+    runs_dir: Path | None = None,
+    progress: bool = False,
+) -> Path:
+    """The folder of a finished ``profile`` run ``src`` -> ``tgt`` trained by this very code,
+    training it (or finishing an interrupted one) first when the cache does not hold it."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
+    runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    out = runs_dir / f"{profile}-{src}-{tgt}-{_library_hash()}"
+    last = out / "checkpoints" / "last.pt"
+    with open(runs_dir / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process training this run: wait for it
+        done = (
+            last.is_file() and load_checkpoint(last)["step"] >= PROFILES[profile].training.max_steps
+        )
+        if not done:
+            resume = last.is_file()
+            train_translation(
+                profile, src, tgt, out, data_dir=data_dir, resume=resume, progress=progress
+            )
+    return out
