@@ -11,11 +11,12 @@ export TRANSFORMER_LIB_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA))
 # Two workers on the two-core machines we test on; set PYTEST_WORKERS=0 to run in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help install tangle book test check lint format serve lab notebooks bench clean
+.PHONY: help install tangle book site-test test check lint format serve lab notebooks bench clean
 
 help:
 	@echo "make book   build the HTML book (every chapter executed) into _build/html"
 	@echo "make test   tangle check, ruff, and pytest (which executes every chapter)"
+	@echo "make site-test  open every page of the built book in headless Chromium (after make book)"
 	@echo "make tangle regenerate transformer_lib/ from the book"
 	@echo "make format ruff-format the code, the book's code cells included"
 	@echo "make serve  serve the built book on http://127.0.0.1:8000"
@@ -38,6 +39,12 @@ tangle: $(STAMP)
 book: tangle
 	$(BIN)/jupyter-book build --all .
 	@echo "The book is in _build/html/index.html"
+
+# Serves _build/html on 127.0.0.1 and opens every page in Debian's chromium through Playwright; fails
+# on console errors, failed or off-site requests, unrendered math or charts, and broken links.
+# Screenshots go to _build/site-test/.
+site-test: $(STAMP)
+	$(BIN)/python tools/site_check.py --site _build/html --shots _build/site-test
 
 check: $(STAMP)
 	$(BIN)/python tools/tangle.py --check
