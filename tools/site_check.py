@@ -212,7 +212,10 @@ def check_page(
 
     def route(route_):
         url = route_.request.url
-        if url.startswith(base) or url.startswith(("data:", "blob:", "about:")):
+        if url == base + "favicon.ico" and not (site / "favicon.ico").is_file():
+            # The browser's own probe for an icon: not a request the page makes.
+            route_.fulfill(status=204)
+        elif url.startswith(base) or url.startswith(("data:", "blob:", "about:")):
             route_.continue_()
         else:
             refused.add(url)
