@@ -19,7 +19,7 @@ help:
 	@echo "make site-test  open every page of the built book in headless Chromium (after make book)"
 	@echo "make tangle regenerate transformer_lib/ from the book"
 	@echo "make format ruff-format the code, the book's code cells included"
-	@echo "make serve  serve the built book on http://127.0.0.1:8000"
+	@echo "make serve  serve the built book on http://127.0.0.1:8000 (builds it if there is none)"
 	@echo "make lab    open the chapters in JupyterLab (needs 'pip install jupyterlab')"
 	@echo "make notebooks  write book/*.ipynb from the chapters (git ignores them)"
 	@echo "make bench  run the benchmarks"
@@ -61,7 +61,9 @@ format: $(STAMP)
 	$(BIN)/jupytext --pipe "$(abspath $(BIN))/ruff format -" book/*.md
 	$(BIN)/python tools/tangle.py
 
-serve: book
+# Serves the book that is built (building it first only when there is none: a build takes minutes).
+serve: $(STAMP)
+	@test -f _build/html/index.html || $(MAKE) book
 	$(BIN)/python -m http.server --directory _build/html --bind 127.0.0.1 8000
 
 lab: tangle
