@@ -11,14 +11,15 @@ export TRANSFORMER_LIB_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA))
 # Two workers on the two-core machines we test on; set PYTEST_WORKERS=0 to run in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help install tangle book test check lint format serve lab notebooks bench clean
+.PHONY: help install tangle book site-test test check lint format serve lab notebooks bench clean
 
 help:
 	@echo "make book   build the HTML book (every chapter executed) into _build/html"
 	@echo "make test   tangle check, ruff, and pytest (which executes every chapter)"
+	@echo "make site-test  open every page of the built book in headless Chromium (after make book)"
 	@echo "make tangle regenerate transformer_lib/ from the book"
 	@echo "make format ruff-format the code, the book's code cells included"
-	@echo "make serve  serve the built book on http://127.0.0.1:8000"
+	@echo "make serve  serve the built book on http://127.0.0.1:8000 (builds it if there is none)"
 	@echo "make lab    open the chapters in JupyterLab (needs 'pip install jupyterlab')"
 	@echo "make notebooks  write book/*.ipynb from the chapters (git ignores them)"
 	@echo "make bench  run the benchmarks"
@@ -39,6 +40,12 @@ book: tangle
 	$(BIN)/jupyter-book build --all .
 	@echo "The book is in _build/html/index.html"
 
+# Serves _build/html on 127.0.0.1 and opens every page in Debian's chromium through Playwright; fails
+# on console errors, failed or off-site requests, unrendered math or charts, and broken links.
+# Screenshots go to _build/site-test/.
+site-test: $(STAMP)
+	$(BIN)/python tools/site_check.py --site _build/html --shots _build/site-test
+
 check: $(STAMP)
 	$(BIN)/python tools/tangle.py --check
 	$(BIN)/ruff check .
@@ -54,7 +61,9 @@ format: $(STAMP)
 	$(BIN)/jupytext --pipe "$(abspath $(BIN))/ruff format -" book/*.md
 	$(BIN)/python tools/tangle.py
 
-serve: book
+# Serves the book that is built (building it first only when there is none: a build takes minutes).
+serve: $(STAMP)
+	@test -f _build/html/index.html || $(MAKE) book
 	$(BIN)/python -m http.server --directory _build/html --bind 127.0.0.1 8000
 
 lab: tangle

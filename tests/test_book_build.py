@@ -19,8 +19,9 @@ def build(book: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def throwaway_book(tmp_path, root) -> Path:
-    """A copy of our _config.yml with a tiny two-chapter book of its own."""
+    """A copy of our _config.yml (and the extension it loads) with a tiny book of its own."""
     shutil.copy(root / "_config.yml", tmp_path / "_config.yml")
+    shutil.copytree(root / "_ext", tmp_path / "_ext", ignore=shutil.ignore_patterns("__pycache__"))
     write_chapter(tmp_path / "book/intro.md", "Intro", "print('hello')")
     return tmp_path
 

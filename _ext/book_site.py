@@ -1,0 +1,224 @@
+"""Sphinx extension for the book's website: pages that work offline, and notebooks that run anywhere.
+
+Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does four things:
+
+* **Vega offline.** Altair's HTML output loads vega, vega-lite and vega-embed from a CDN unless
+  the page already has them: it skips a library when the global ``VEGA_DEBUG`` says that version
+  is loaded. We write the three libraries as one script into ``_static/`` (bundled by
+  ``vl-convert-python`` for the Vega-Lite version of the installed altair), wrapped in a function
+  so its top-level names cannot clash with Sphinx's scripts, and ending with the globals altair
+  looks for. Pages with a chart load it synchronously in ``<head>``, before the chart's own script.
+  (MathJax comes from ``sphinx-mathjax-offline``, listed in ``_config.yml``.)
+* **Downloadable notebooks that set themselves up.** The theme offers each chapter as an executed
+  ``.ipynb`` under ``_sources/``; we put a first cell into it that installs ``transformer_lib`` when
+  it is missing (a fresh Colab or Binder session) and fetches Multi30k when no copy is at hand.
+* **Launch links.** Colab opens notebooks from GitHub only, and only ``.ipynb`` files, but the book
+  keeps its chapters as Markdown: the links point at the notebooks the site publishes on the
+  ``book_site_notebooks_branch`` (``gh-pages``, see ``.github/workflows/pages.yml``). The same
+  branch carries a ``binder/`` environment, so Binder starts with the library installed.
+* **Clean consoles.** sphinx-thebe can register its configuration script twice, which throws
+  "Identifier 'THEBE_JS_URL' has already been declared" on every page; we drop exact duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import nbformat
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+LOGGER = logging.getLogger(__name__)
+STATIC_DIR = "book_site"  # under _static/
+VEGA_SCRIPT = f"{STATIC_DIR}/vega-embed-bundle.js"
+SETUP_TAG = "book-site-setup"  # the tag that marks the injected first cell (keeps it idempotent)
+
+
+# ---------------------------------------------------------------------------------------------
+# Vega, vega-lite and vega-embed served from the site
+# ---------------------------------------------------------------------------------------------
+def vega_bundle() -> str:
+    """The script that serves vega, vega-lite and vega-embed for the installed altair."""
+    import altair
+    import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    loaded = {  # the versions altair's HTML output asks for, as it spells them
+        "vega_version": altair.VEGA_VERSION,
+        "vegalite_version": altair.VEGALITE_VERSION,
+        "vegaembed_version": altair.VEGAEMBED_VERSION,
+    }
+    snippet = (
+        "window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;\n"
+        f"window.VEGA_DEBUG = Object.assign(window.VEGA_DEBUG || {{}}, {json.dumps(loaded)});"
+    )
+    vl_version = vl_version_for_vl_convert()
+    body = vl_convert.javascript_bundle(snippet=snippet, vl_version=vl_version)
+    return (
+        f"/* vega {vl_convert.get_vega_version()}, vega-lite {vl_version} and vega-embed "
+        f"{vl_convert.get_vega_embed_version()}, bundled by vl-convert-python "
+        f"{vl_convert.__version__} for altair {altair.__version__}. */\n"
+        f"(function () {{\n{body}\n}})();\n"
+    )
+
+
+def write_vega_bundle(app: Sphinx) -> None:
+    """Write the bundle into a static folder of the build, reused while the versions hold."""
+    if app.builder.format != "html":
+        return
+    try:
+        import altair
+        import vl_convert
+    except ImportError as err:  # a book without charts needs neither
+        LOGGER.warning(f"[book_site] no vega bundle ({err}): altair charts would need a CDN")
+        return
+    static = Path(app.doctreedir).parent / "book_site_static"
+    target = static / VEGA_SCRIPT
+    stamp = static.with_suffix(".versions")  # beside the folder Sphinx copies, not in it
+    versions = f"altair {altair.__version__}, vl-convert {vl_convert.__version__}"
+    if not (target.is_file() and stamp.is_file() and stamp.read_text() == versions):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(vega_bundle(), encoding="utf-8")
+        stamp.write_text(versions, encoding="utf-8")
+    app.config.html_static_path.append(str(static))
+
+
+def page_has_vega(context: dict) -> bool:
+    body = context.get("body") or ""
+    return "vegaEmbed" in body or "vega-embed" in body
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch links and per-page scripts
+# ---------------------------------------------------------------------------------------------
+def github_repository(app: Sphinx) -> tuple[str, str] | None:
+    """(org, repo) of the configured GitHub repository, or None."""
+    url = (app.config.html_theme_options or {}).get("repository_url", "")
+    if "github.com/" not in url:
+        return None
+    org, repo = url.split("github.com/", 1)[1].strip("/").split("/")[:2]
+    return org, repo.removesuffix(".git")
+
+
+def published_notebook(pagename: str) -> str:
+    """Where the site puts a chapter's notebook, relative to the site's root."""
+    return f"_sources/{pagename}.ipynb"
+
+
+def on_page(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    if page_has_vega(context):
+        app.add_js_file(VEGA_SCRIPT, priority=200)  # before anything else; synchronous on purpose
+    # Drop scripts registered twice with the same body (sphinx-thebe's configuration).
+    # (One copy has the file name None, the other "": Sphinx's own check sees two scripts.)
+    scripts, seen, unique = context.get("script_files", []), set(), []
+    for script in scripts:
+        attributes = getattr(script, "attributes", {})
+        if not getattr(script, "filename", None) and "body" in attributes:
+            key = tuple(sorted(attributes.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+        unique.append(script)
+    scripts[:] = unique
+    retarget_launch_buttons(app, pagename, context)
+
+
+def retarget_launch_buttons(app: Sphinx, pagename: str, context: dict) -> None:
+    """Point Colab and Binder at the published .ipynb (the theme links the .md chapter)."""
+    repository = github_repository(app)
+    branch = app.config.book_site_notebooks_branch
+    if repository is None or not branch or not context.get("ipynb_source"):
+        return
+    org, repo = repository
+    path = published_notebook(pagename)
+    launch = app.config.html_theme_options.get("launch_buttons", {})
+    for group in context.get("header_buttons", []):
+        if group.get("label") != "launch-buttons":
+            continue
+        for button in group.get("buttons", []):
+            if button.get("text") == "Colab":
+                colab = launch.get("colab_url", "").rstrip("/")
+                button["url"] = f"{colab}/github/{org}/{repo}/blob/{branch}/{path}"
+            elif button.get("text") == "Binder":
+                binder = launch.get("binderhub_url", "").rstrip("/")
+                button["url"] = f"{binder}/v2/gh/{org}/{repo}/{branch}?urlpath=lab/tree/{path}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The notebooks the site offers: a first cell that sets up a fresh session
+# ---------------------------------------------------------------------------------------------
+def install_spec(app: Sphinx) -> str:
+    """The pip requirement for the library this site was built from."""
+    url = (app.config.html_theme_options or {}).get("repository_url", "").rstrip("/")
+    ref = os.environ.get("BOOK_SITE_REF") or os.environ.get("GITHUB_SHA") or "main"
+    return f"transformer_lib[notebooks] @ git+{url}@{ref}"
+
+
+def setup_cell_source(app: Sphinx) -> str:
+    return f"""\
+# Set-up for a fresh Colab or Binder session (the website adds this cell to the notebooks it
+# offers): install the book's library when it is missing, and fetch Multi30k when no copy is here.
+import importlib
+import os
+from pathlib import Path
+
+try:
+    import transformer_lib
+except ImportError:
+    %pip install --quiet "{install_spec(app)}"
+    importlib.invalidate_caches()
+if not os.environ.get("TRANSFORMER_LIB_DATA") and not Path("../../shared/data/multi30k").is_dir():
+    from transformer_lib import data
+
+    for split in data.SPLITS:
+        for language in data.LANGUAGES:
+            data.multi30k_file(split, language)  # downloads once into the cache, checked
+    os.environ["TRANSFORMER_LIB_DATA"] = str(data.default_cache_dir())"""
+
+
+def add_setup_cell(path: Path, source: str) -> None:
+    notebook = nbformat.read(path, as_version=4)
+    if notebook.cells and SETUP_TAG in notebook.cells[0].get("metadata", {}).get("tags", []):
+        notebook.cells.pop(0)  # an older set-up cell: replace it
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": [SETUP_TAG]})
+    if notebook.nbformat_minor < 5:
+        cell.pop("id", None)  # cell ids arrived with nbformat 4.5
+    notebook.cells.insert(0, cell)
+    nbformat.write(notebook, path)
+
+
+def binder_environment(app: Sphinx) -> dict[str, str]:
+    return {
+        "binder/runtime.txt": "python-3.11\n",
+        "binder/requirements.txt": f"{install_spec(app)}\n",
+    }
+
+
+def on_build_finished(app: Sphinx, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    source = setup_cell_source(app)
+    chapters = 0
+    for docname in app.env.found_docs:
+        notebook = outdir / published_notebook(docname)
+        if notebook.is_file():
+            add_setup_cell(notebook, source)
+            chapters += 1
+    LOGGER.info(f"[book_site] set-up cell added to {chapters} downloadable notebooks")
+    if app.config.book_site_notebooks_branch:
+        for name, text in binder_environment(app).items():
+            (outdir / name).parent.mkdir(parents=True, exist_ok=True)
+            (outdir / name).write_text(text, encoding="utf-8")
+    (outdir / ".nojekyll").touch()  # GitHub Pages must serve _static/ and _sources/ as they are
+
+
+def setup(app: Sphinx) -> dict:
+    # The branch the Pages workflow publishes the built site to; "" turns the retargeting off.
+    app.add_config_value("book_site_notebooks_branch", "gh-pages", "html")
+    app.connect("builder-inited", write_vega_bundle)
+    app.connect("html-page-context", on_page, priority=900)  # after the theme's buttons (501)
+    app.connect("build-finished", on_build_finished)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
