@@ -149,3 +149,112 @@ def test_train_under_torchrun_with_two_processes(tmp_path):
 
     state = load_checkpoint(out / "checkpoints" / "last.pt")
     assert state["step"] == 2 and len(state["rng"]) == 2  # both processes' random states
+
+
+# --- translate and evaluate, with a checkpoint of a few updates (its translations are poor, but
+# --- everything around them is what these tests check).
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "run"
+    result = train("--out", str(out), "--max-steps", "3")
+    assert result.returncode == 0, result.stderr
+    return out / "checkpoints" / "last.pt"
+
+
+@pytest.mark.slow
+def test_translate_keeps_lines_in_order_with_empty_and_over_long_ones(checkpoint):
+    import torch
+
+    from transformer_lib.decoding import translate
+    from transformer_lib.evaluation import load_translator
+
+    lines = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "Hund " * 1500]
+    result = subprocess.run(
+        [sys.executable, "-m", "transformer_lib", "translate", "--checkpoint", str(checkpoint)]
+        + ["--beam", "2"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    outputs = result.stdout.split("\n")
+    assert outputs[-1] == "" and len(outputs) == len(lines) + 1  # one line out per line in
+    assert outputs[1] == ""
+    assert "warning: sentence 4 has" in result.stderr and "Traceback" not in result.stderr
+    model, tokenizer, _ = load_translator(checkpoint)
+    torch.manual_seed(0)
+    expected = translate(model, tokenizer, lines[:3], beam_size=2)
+    assert outputs[:3] == expected  # the command is the library function
+
+
+def test_translate_bad_beam_is_a_usage_error(tmp_path):
+    result = run("translate", "--checkpoint", str(tmp_path / "x.pt"), "--beam", "0")
+    assert result.returncode == 2 and "--beam" in result.stderr
+
+
+def test_translate_missing_checkpoint_is_a_usage_error(tmp_path):
+    result = run("translate", "--checkpoint", str(tmp_path / "none.pt"))
+    assert result.returncode == 2 and "is not a file" in result.stderr
+
+
+def test_translate_checkpoint_without_tokenizer_is_refused(tmp_path):
+    import torch
+
+    from transformer_lib.training import save_checkpoint
+
+    path = tmp_path / "bare.pt"
+    save_checkpoint({"model": {"w": torch.zeros(2)}, "step": 1, "config": {}}, path)
+    result = run("translate", "--checkpoint", str(path))
+    assert result.returncode == 2 and "no tokenizer" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_evaluate_writes_what_sacrebleu_computes_from_the_files(checkpoint, tmp_path):
+    import json
+
+    from transformer_lib.data import load_multi30k
+
+    out = tmp_path / "scores.json"
+    result = run(
+        "evaluate", "--checkpoint", str(checkpoint), "--beam", "1", "--limit", "30", "--quiet"
+    )
+    assert result.returncode == 0, result.stderr
+    default = checkpoint.with_name("last.test_2016_flickr.json")
+    assert default.is_file() and "BLEU signature: nrefs:1" in result.stdout
+    result = run(
+        "evaluate", "--checkpoint", str(checkpoint), "--beam", "1", "--limit", "30", "--quiet",
+        "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(out.read_text())
+    hypotheses = tmp_path / scores["hypotheses"]
+    assert scores["sentences"] == 30 and len(hypotheses.read_text().splitlines()) == 30
+    references = tmp_path / "ref.en"
+    pairs = load_multi30k("test_2016_flickr", "de", "en")[:30]
+    references.write_text("".join(target + "\n" for _, target in pairs))
+    program = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            str(references),
+            "-i",
+            str(hypotheses),
+            "-b",
+            "-w",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert round(scores["bleu"], 4) == float(program.stdout.strip())
+
+
+def test_evaluate_unknown_split_is_one_line(checkpoint):
+    result = run("evaluate", "--checkpoint", str(checkpoint), "--split", "test_2099")
+    assert result.returncode == 2 and "test_2099" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -598,8 +598,10 @@ import hashlib
 
 def _library_hash() -> str:
     """A hash of every module of this package: the identity of the code that trains a run."""
+    import transformer_lib  # the installed package (in the book's own cells too)
+
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    for path in sorted(Path(transformer_lib.__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
