@@ -1,6 +1,8 @@
-"""Small helpers the tests share: writing throw-away books."""
+"""Small helpers the tests share: writing throw-away books, comparing tensors exactly."""
 
 from pathlib import Path
+
+import torch
 
 HEADER = """---
 jupytext:
@@ -35,3 +37,8 @@ def write_toc(root: Path, *chapters: str) -> None:
         lines.append("chapters:")
         lines += [f"  - file: {name}" for name in chapters[1:]]
     (root / "_toc.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def assert_close(actual, expected, atol=1e-10):
+    """Equal within ``atol`` and no relative slack: for float64 comparisons with a reference."""
+    torch.testing.assert_close(actual, expected, rtol=0.0, atol=atol)

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -22,20 +23,6 @@ from transformer_lib.attention import (
 
 DOUBLE = torch.float64
 SETTINGS = settings(max_examples=40, deadline=None)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny float64 tensors: threads only add overhead, and on a loaded 2-core machine their
-    spin-waiting makes each small operation hundreds of times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def assert_close(actual, expected, atol=1e-10):
-    torch.testing.assert_close(actual, expected, rtol=0.0, atol=atol)
 
 
 def random_mask(kind: str, b: int, lq: int, lk: int, g: torch.Generator) -> torch.Tensor | None:

@@ -16,6 +16,15 @@ class UsageError(ValueError):
     """A mistake the user can fix (bad option, missing file): reported as one line, exit status 2."""
 
 
+def _check_data_dir(data_dir: Path | None) -> None:
+    if data_dir is not None and not data_dir.is_dir():
+        raise UsageError(f"--data-dir {data_dir} is not a folder")
+
+
+def _check_out_folder(out: Path) -> None:
+    _check_out_folder(out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m transformer_lib`` with one sub-command per task."""
     parser = argparse.ArgumentParser(
@@ -45,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:105 (cell 6)
+# %% book/command_line.md:114 (cell 6)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -71,8 +80,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     from transformer_lib.training import train_translation
 
-    if args.data_dir is not None and not args.data_dir.is_dir():
-        raise UsageError(f"--data-dir {args.data_dir} is not a folder")
+    _check_data_dir(args.data_dir)
     device = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized():
         if torch.cuda.is_available():
@@ -100,7 +108,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:188 (cell 10)
+# %% book/command_line.md:196 (cell 10)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -115,17 +123,14 @@ def add_average_command(commands) -> None:
 def run_average(args: argparse.Namespace) -> int:
     from transformer_lib.evaluation import average_checkpoints
 
-    if not args.out.parent.is_dir():
-        raise UsageError(
-            f"the folder for --out, {args.out.parent}, does not exist: create it first"
-        )
+    _check_out_folder(args.out)
     result = average_checkpoints(args.checkpoints, out=args.out)
     steps = ", ".join(str(step) for step in result["averaged_steps"])
     print(f"averaged the models of steps {steps} into {args.out}")
     return 0
 
 
-# %% book/command_line.md:258 (cell 14)
+# %% book/command_line.md:263 (cell 14)
 def _add_search_options(command) -> None:
     command.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint to use")
     command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
@@ -183,7 +188,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:349 (cell 18)
+# %% book/command_line.md:354 (cell 18)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
@@ -209,13 +214,11 @@ def add_evaluate_command(commands) -> None:
 def run_evaluate(args: argparse.Namespace) -> int:
     from transformer_lib.evaluation import evaluate_split, save_evaluation
 
-    if args.data_dir is not None and not args.data_dir.is_dir():
-        raise UsageError(f"--data-dir {args.data_dir} is not a folder")
+    _check_data_dir(args.data_dir)
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be at least 1, got {args.limit}")
     out = args.out or args.checkpoint.with_name(f"{args.checkpoint.stem}.{args.split}.json")
-    if not out.parent.is_dir():
-        raise UsageError(f"the folder for --out, {out.parent}, does not exist: create it first")
+    _check_out_folder(out)
     model, tokenizer, checkpoint = _load(args)
     run = checkpoint["config"].get("run") or {}
     if "src" not in run or "tgt" not in run:
