@@ -22,7 +22,8 @@ def _check_data_dir(data_dir: Path | None) -> None:
 
 
 def _check_out_folder(out: Path) -> None:
-    _check_out_folder(out)
+    if not out.parent.is_dir():
+        raise UsageError(f"the folder for --out, {out.parent}, does not exist: create it first")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:114 (cell 6)
+# %% book/command_line.md:115 (cell 6)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -108,7 +109,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:196 (cell 10)
+# %% book/command_line.md:197 (cell 10)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -130,7 +131,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:263 (cell 14)
+# %% book/command_line.md:264 (cell 14)
 def _add_search_options(command) -> None:
     command.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint to use")
     command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
@@ -188,7 +189,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:354 (cell 18)
+# %% book/command_line.md:355 (cell 18)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
