@@ -1,112 +1,191 @@
-"""Time decoding on the CPU: the incremental decoder against the re-running one, and batched
-search against one sentence at a time (the way the Annotated Transformer decodes).
+"""Time decoding: the incremental decoder against the re-running one, and batched search against
+one sentence at a time (the way the Annotated Transformer decodes).
 
-A random model (d_model 256, 3 encoder and 3 decoder layers, 8,000 symbols), source sentences of
-20 tokens, 40 output steps (no token ends a sentence, so every search makes exactly 40 steps).
-Targets of the decoding issue: incremental/re-running >= 5x for a batch of 32 and >= 2x for one
-sentence; batched incremental greedy of 32 against re-running greedy one at a time >= 15x; batched
-beam 4 against one-at-a-time beam 4 >= 4x.
+A random model (d_model 256, 3 encoder and 3 decoder layers, the book's 8,000-symbol vocabulary),
+source sentences of 20 tokens, outputs of 40 and of 100 steps (no token ends a sentence, so every
+search makes exactly that many steps). Targets of the decoding issue, at 40 steps: incremental /
+re-running >= 5x for a batch of 32 and >= 2x for one sentence; batched incremental greedy of 32
+against re-running greedy one at a time >= 15x; batched beam 4 against one-at-a-time beam 4 >= 4x.
 
-Run: ``.venv/bin/python benchmarks/decoding.py`` (or ``make bench``).
+Why one sentence cannot gain much at 40 steps: an incremental step multiplies one row by every
+weight matrix of the decoder and of the vocabulary projection, and a matrix-vector product costs
+about as much as reading the matrix. The re-running decoder multiplies the same matrices at every
+step, by t rows instead of one, which for t < 40 costs little more than the read. The benchmark
+times those products alone in the same run and prints them beside the step.
+
+Run: ``.venv/bin/python benchmarks/decoding.py [--steps 40 100] [--threads N] [--device cuda]``
+(``make bench`` runs it with the defaults).
 """
 
+import argparse
 import time
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 from transformer_lib.data import BOS_ID, VOCAB_SIZE
 from transformer_lib.decoding import IncrementalDecoder, RerunDecoder, beam_search, greedy_search
 from transformer_lib.model import Transformer, TransformerConfig
 
-BATCH, SOURCE_LENGTH, STEPS = 32, 20, 40
+BATCH, SOURCE_LENGTH = 32, 20
 NO_END = -1  # an end-of-sentence id no token has: every search runs to its length limit
+TARGETS = {  # (slow row, fast row) -> the issue's target ratio, at 40 steps
+    ("greedy, batch of 32, re-running", "greedy, batch of 32, incremental"): 5,
+    ("greedy, 1 sentence, re-running", "greedy, 1 sentence, incremental"): 2,
+    ("greedy, 32 one at a time, re-running", "greedy, batch of 32, incremental"): 15,
+    ("beam 4, 32 one at a time, incremental", "beam 4, batch of 32, incremental"): 4,
+}
 
 
-def best_time(function, repeats: int = 3) -> float:
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_time(function, device: torch.device, repeats: int = 3) -> float:
     """The best of ``repeats`` runs: the least disturbed by other work on a shared machine."""
     times = []
     for _ in range(repeats):
+        synchronize(device)
         started = time.perf_counter()
         function()
+        synchronize(device)
         times.append(time.perf_counter() - started)
     return min(times)
 
 
-def greedy(model, state_class, src):
-    limits = torch.full((len(src),), STEPS)
+def greedy(model, state_class, src, steps):
+    limits = torch.full((len(src),), steps, device=src.device)
     return greedy_search(state_class(model, src), BOS_ID, NO_END, limits)
 
 
-def beam(model, state_class, src):
-    limits = torch.full((len(src),), STEPS)
+def beam(model, state_class, src, steps):
+    limits = torch.full((len(src),), steps, device=src.device)
     return beam_search(state_class(model, src), BOS_ID, NO_END, limits, beam_size=4, alpha=0.6)
 
 
-def one_at_a_time(search, model, state_class, src):
-    return [search(model, state_class, src[i : i + 1]) for i in range(len(src))]
+def one_at_a_time(search, model, state_class, src, steps):
+    return [search(model, state_class, src[i : i + 1], steps) for i in range(len(src))]
+
+
+def step_matrices(model: Transformer) -> list[tuple[Tensor, Tensor | None]]:
+    """(weight, bias) of every matrix one incremental step multiplies, in order: per decoder layer
+    W^Q W^K W^V of self-attention, its W^O, W^Q and W^O of encoder-decoder attention (its keys and
+    values are computed once per sentence), the two FFN matrices; then the vocabulary projection."""
+    d = model.config.d_model
+    matrices = []
+    for layer in model.decoder.layers:
+        own, cross, ffn = layer.self_attn, layer.cross_attn, layer.feed_forward
+        matrices += [
+            (own.in_proj.weight, own.in_proj.bias),
+            (own.out_proj.weight, own.out_proj.bias),
+            (cross.in_proj.weight[:d], cross.in_proj.bias[:d]),
+            (cross.out_proj.weight, cross.out_proj.bias),
+            (ffn.linear_1.weight, ffn.linear_1.bias),
+            (ffn.linear_2.weight, ffn.linear_2.bias),
+        ]
+    return matrices + [(model.generator.weight, None)]
+
+
+def matrix_floor(model: Transformer, device: torch.device) -> float:
+    """Seconds to multiply one row by every matrix of a step, and nothing else: the part of a
+    one-sentence step that the re-running decoder pays too (it multiplies the same matrices)."""
+    matrices = step_matrices(model)
+
+    def one_pass():
+        for weight, bias in matrices:
+            F.linear(torch.ones(1, weight.shape[1], device=device), weight, bias)
+
+    return best_time(lambda: [one_pass() for _ in range(20)], device) / 20
+
+
+def rows_for(model, src, steps: int, with_slow_rows: bool):
+    rows = [
+        ("greedy, batch of 32, re-running", lambda: greedy(model, RerunDecoder, src, steps)),
+        ("greedy, batch of 32, incremental", lambda: greedy(model, IncrementalDecoder, src, steps)),
+        ("greedy, 1 sentence, re-running", lambda: greedy(model, RerunDecoder, src[:1], steps)),
+        (
+            "greedy, 1 sentence, incremental",
+            lambda: greedy(model, IncrementalDecoder, src[:1], steps),
+        ),
+    ]
+    if with_slow_rows:
+        rows += [
+            (
+                "greedy, 32 one at a time, re-running",
+                lambda: one_at_a_time(greedy, model, RerunDecoder, src, steps),
+            ),
+            (
+                "beam 4, batch of 32, incremental",
+                lambda: beam(model, IncrementalDecoder, src, steps),
+            ),
+            (
+                "beam 4, 32 one at a time, incremental",
+                lambda: one_at_a_time(beam, model, IncrementalDecoder, src, steps),
+            ),
+        ]
+    return rows
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, nargs="+", default=[40, 100], help="output lengths")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+
     torch.manual_seed(0)
     config = TransformerConfig(
         VOCAB_SIZE, VOCAB_SIZE, d_model=256, d_ff=1024, n_heads=8, n_layers=3, dropout=0.0
     )
-    model = Transformer(config).eval()
-    src = torch.randint(4, VOCAB_SIZE, (BATCH, SOURCE_LENGTH))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {config}")
-    print(f"batch {BATCH}, source length {SOURCE_LENGTH}, {STEPS} output steps\n")
+    model = Transformer(config).eval().to(device)
+    src = torch.randint(4, VOCAB_SIZE, (BATCH, SOURCE_LENGTH), device=device)
+    print(f"torch {torch.__version__} on {device}, {torch.get_num_threads()} threads; {config}")
+    print(f"batch {BATCH}, source length {SOURCE_LENGTH}\n")
 
     with torch.inference_mode():
-        rows = [
-            ("greedy, batch of 32, re-running", lambda: greedy(model, RerunDecoder, src)),
-            ("greedy, batch of 32, incremental", lambda: greedy(model, IncrementalDecoder, src)),
-            ("greedy, 1 sentence, re-running", lambda: greedy(model, RerunDecoder, src[:1])),
-            ("greedy, 1 sentence, incremental", lambda: greedy(model, IncrementalDecoder, src[:1])),
-            (
-                "greedy, 32 one at a time, re-running",
-                lambda: one_at_a_time(greedy, model, RerunDecoder, src),
-            ),
-            ("beam 4, batch of 32, incremental", lambda: beam(model, IncrementalDecoder, src)),
-            (
-                "beam 4, 32 one at a time, incremental",
-                lambda: one_at_a_time(beam, model, IncrementalDecoder, src),
-            ),
-        ]
         times = {}
-        for label, function in rows:
-            times[label] = best_time(function, repeats=1 if "one at a time" in label else 3)
-            print(f"{label:42} {1000 * times[label]:9.1f} ms")
+        for steps in args.steps:
+            print(f"-- {steps} output steps")
+            # The one-at-a-time rows are the slow peers of the 40-step targets; skip them elsewhere.
+            for label, function in rows_for(model, src, steps, with_slow_rows=steps == 40):
+                repeats = 1 if "one at a time" in label else 3
+                times[steps, label] = best_time(function, device, repeats)
+                tokens = (1 if "1 sentence" in label else BATCH) * steps
+                print(
+                    f"{label:42} {1000 * times[steps, label]:9.1f} ms"
+                    f" {tokens / times[steps, label]:9.0f} tokens/s"
+                )
+            print()
 
-    def ratio(slow: str, fast: str, target: float, what: str) -> None:
-        value = times[slow] / times[fast]
-        verdict = "meets" if value >= target else "MISSES"
-        print(f"{what:62} {value:6.1f}x ({verdict} the target {target:g}x)")
+    for steps in args.steps:
+        print(f"-- ratios at {steps} output steps")
+        for (slow, fast), target in TARGETS.items():
+            if (steps, slow) not in times:
+                continue
+            value = times[steps, slow] / times[steps, fast]
+            verdict = ""
+            if steps == 40:
+                verdict = f" ({'meets' if value >= target else 'MISSES'} the target {target:g}x)"
+            print(f"{slow} / {fast.split(', ')[-1]}: {value:.1f}x{verdict}")
+        print()
 
-    print()
-    ratio(
-        "greedy, batch of 32, re-running",
-        "greedy, batch of 32, incremental",
-        5,
-        "incremental / re-running, batch of 32",
-    )
-    ratio(
-        "greedy, 1 sentence, re-running",
-        "greedy, 1 sentence, incremental",
-        2,
-        "incremental / re-running, one sentence",
-    )
-    ratio(
-        "greedy, 32 one at a time, re-running",
-        "greedy, batch of 32, incremental",
-        15,
-        "batched incremental / re-running one at a time, 32 sentences",
-    )
-    ratio(
-        "beam 4, 32 one at a time, incremental",
-        "beam 4, batch of 32, incremental",
-        4,
-        "batched beam 4 / beam 4 one at a time, 32 sentences",
-    )
+    with torch.inference_mode():
+        floor = matrix_floor(model, device)
+    print("-- one sentence: what a step costs beyond multiplying its matrices once")
+    print(f"one row times every matrix of a step, alone: {1e3 * floor:.2f} ms")
+    for steps in args.steps:
+        incremental = times[steps, "greedy, 1 sentence, incremental"] / steps
+        rerun = times[steps, "greedy, 1 sentence, re-running"] / steps
+        print(
+            f"{steps} steps: incremental {1e3 * incremental:.2f} ms/step"
+            f" ({floor / incremental:.0%} of it is that product);"
+            f" re-running {1e3 * rerun:.2f} ms/step"
+        )
 
 
 if __name__ == "__main__":
