@@ -324,6 +324,8 @@ def _train_variant(variant: Variant, pairs, valid_batches, run_dir: Path, device
     for resume in [True, False] if (run_dir / "checkpoints" / "last.pt").is_file() else [False]:
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)  # an unusable or unfinished run of other settings
+        if resume:
+            logger.info("%s: resuming from its last checkpoint", variant.name)
         torch.manual_seed(t.seed)  # the initial weights
         model = build_model(variant.model)
         try:
@@ -404,7 +406,7 @@ def run_variant(
     }
 
 
-# %% book/variations.md:705 (cell 15)
+# %% book/variations.md:707 (cell 15)
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -459,6 +461,14 @@ def run_sweep(
     variants = select_variants(sweep_variants(profile, tokenizer.vocab_size, max_steps), only)
     variants.sort(key=lambda v: RUN_ORDER.index(v.row))  # stable: table order within a row
     done = {record["name"]: record for record in read_results(out)}
+    for variant in variants:  # before any work: a line made otherwise is an error
+        if variant.name in done and done[variant.name]["config"] != _settings(
+            variant, profile, src, tgt, len(valid_pairs)
+        ):
+            raise SweepError(
+                f"{out / RESULTS_FILE} holds {variant.name} made with other settings: "
+                "write this sweep to a new output folder, or drop that line to redo it"
+            )
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     pairs = encode_pairs(tokenizer, train_pairs, profile.max_len)
     # Tokens per update and mean lengths, for the cost estimate that budget_s relies on.
@@ -484,13 +494,7 @@ def run_sweep(
     seconds_per_flop = 0.0  # the slowest measured so far, evaluation included
     written = []
     for variant in variants:
-        settings = _settings(variant, profile, src, tgt, len(valid_pairs))
         if variant.name in done:
-            if done[variant.name]["config"] != settings:
-                raise SweepError(
-                    f"{out / RESULTS_FILE} holds {variant.name} made with other settings: "
-                    "write this sweep to a new output folder, or drop that line to redo it"
-                )
             logger.info("%s: done already, skipped", variant.name)
             continue
         steps = variant.training.max_steps
@@ -518,7 +522,7 @@ def run_sweep(
             progress,
         )
         record |= {
-            "config": settings,
+            "config": _settings(variant, profile, src, tgt, len(valid_pairs)),
             "estimated_flops": flops,
             "device": manifest["environment"]["device"],
             "finished_utc": _now(),
@@ -546,7 +550,7 @@ def run_sweep(
     return written
 
 
-# %% book/variations.md:855 (cell 17)
+# %% book/variations.md:859 (cell 17)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
