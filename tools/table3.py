@@ -86,11 +86,12 @@ def list_variants(profile, max_steps: int | None) -> None:
         print(f"{v.name:12s} {v.row:5s} {params / 1e6:7.1f}M {flops / 1e15:7.1f}  {v.label}")
 
 
-def calibrate(args, profile, out_dir: Path, work: Path) -> None:
-    """Train the base for a few steps here, then project every variant's time at full length
-    from the measured seconds per estimated FLOP."""
+def calibrate(args, profile, work: Path) -> int:
+    """Train the base and the LSTM for a few steps here, then project every variant's time at
+    full length from the measured seconds per estimated FLOP (the LSTM's for the LSTM)."""
     import numpy as np
 
+    from transformer_lib.recurrent import RecurrentConfig
     from transformer_lib.variations import (
         run_sweep,
         sweep_tokenizer,
@@ -100,44 +101,56 @@ def calibrate(args, profile, out_dir: Path, work: Path) -> None:
 
     scratch = work / "calibration"
     shutil.rmtree(scratch, ignore_errors=True)
-    record = run_sweep(
+    records = run_sweep(
         profile,
         scratch,
         work,
         src=args.src,
         tgt=args.tgt,
-        only=["base"],
+        only=["base", "RNN-lstm"],
         max_steps=args.calibrate,
         data_dir=args.data_dir,
         device=args.device,
         progress=not args.quiet,
-    )[0]
+    )
     shutil.rmtree(scratch, ignore_errors=True)
-    tokens = record["train_src_tokens"], record["train_tgt_tokens"]
+    if len(records) < 2:
+        print("error: the calibration runs failed (see the log above)", file=sys.stderr)
+        return 1
     tokenizer, _ = sweep_tokenizer(profile, work, args.src, args.tgt)
     variants = sweep_variants(profile, tokenizer.vocab_size, args.max_steps)
     lengths = (32, 32)  # only the small attention terms depend on them
-    measured = training_flops(variants[0].model, *tokens, *lengths)
-    per_flop = record["train_wall_s"] / measured
+    per_flop, eval_s = {}, {}
+    for record, kind in zip(records, ("transformer", "lstm"), strict=True):
+        model = variants[0].model if kind == "transformer" else variants[-1].model
+        tokens = record["train_src_tokens"], record["train_tgt_tokens"]
+        flops = training_flops(model, *tokens, *lengths)
+        per_flop[kind] = record["train_wall_s"] / flops
+        eval_s[kind] = record["eval_wall_s"]
+        print(
+            f"{record['name']}, {record['steps']} steps: {record['train_wall_s']:.1f} s training "
+            f"({flops / record['train_wall_s'] / 1e12:.3g} TFLOP/s by the estimate, "
+            f"{flops / record['train_wall_s'] / PEAK_FLOPS:.0%} of an H100's dense bf16 peak), "
+            f"{record['eval_wall_s']:.1f} s evaluation, {record['tokens_per_s']:.0f} target tokens/s"
+        )
+    base = records[0]
+    tokens_per_step = [
+        base[key] / base["steps"] for key in ("train_src_tokens", "train_tgt_tokens")
+    ]
     steps = variants[0].training.max_steps
-    scale = steps / record["steps"]
-    print(
-        f"base, {record['steps']} steps: {record['train_wall_s']:.1f} s training "
-        f"({measured / record['train_wall_s'] / 1e12:.0f} TFLOP/s estimated, "
-        f"{measured / record['train_wall_s'] / PEAK_FLOPS:.0%} of an H100's dense bf16 peak), "
-        f"{record['eval_wall_s']:.1f} s evaluation, {record['tokens_per_s']:.0f} target tokens/s"
-    )
-    total = 0.0
+    total_train = total_eval = 0.0
     for v in variants:
-        seconds = per_flop * training_flops(v.model, tokens[0] * scale, tokens[1] * scale, *lengths)
-        seconds += record["eval_wall_s"]
-        total += seconds
-        print(f"  {v.name:12s} {seconds:7.0f} s")
-    training_share = total - len(variants) * record["eval_wall_s"]
+        kind = "lstm" if isinstance(v.model, RecurrentConfig) else "transformer"
+        flops = training_flops(v.model, *(t * steps for t in tokens_per_step), *lengths)
+        seconds = per_flop[kind] * flops
+        total_train += seconds
+        total_eval += eval_s[kind]
+        print(f"  {v.name:12s} {seconds + eval_s[kind]:7.0f} s")
+    total = total_train + total_eval
     print(f"projected sweep at {steps} steps: {total / 60:.1f} min (plus start-up per command)")
-    budget = 25 * 60 - len(variants) * record["eval_wall_s"]
-    fitting = int(np.floor(steps * budget / max(training_share, 1e-9) / 50) * 50)
+    fitting = int(np.floor(steps * (25 * 60 - total_eval) / max(total_train, 1e-9) / 50) * 50)
     print(f"steps that fit 25 minutes with the same evaluation: about {fitting}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.calibrate is not None:
             if args.calibrate < 1:
                 raise ValueError(f"--calibrate needs at least 1 step, got {args.calibrate}")
-            calibrate(args, profile, out, work)
-            return 0
+            return calibrate(args, profile, work)
         provenance = {"command": " ".join(["python", "tools/table3.py", *(argv or sys.argv[1:])])}
         provenance["commit"] = args.commit or _commit()
         written = run_sweep(
@@ -188,7 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from transformer_lib.variations import read_results, select_variants, sweep_variants
+    import json
+
+    from transformer_lib.variations import (
+        MANIFEST_FILE,
+        read_results,
+        select_variants,
+        sweep_variants,
+    )
 
     tokenizer, _ = sweep_tokenizer(profile, work, args.src, args.tgt, data_dir=args.data_dir)
     wanted = select_variants(
@@ -200,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(written)} variant(s) run now; {len(wanted) - len(left)} of {len(wanted)} done in {out}"
     )
     print("sweep complete" if not left else f"left: {' '.join(left)}")
-    return 0
+    failed = json.loads((out / MANIFEST_FILE).read_text())["invocations"][-1]["failed"]
+    for name, message in failed.items():
+        print(f"failed: {name}: {message}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
