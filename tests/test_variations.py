@@ -18,7 +18,15 @@ from helpers import assert_close
 from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention, padding_mask, subsequent_mask
-from transformer_lib.data import BOS_ID, DATA_ENV, EOS_ID, BPETokenizer, encode_pairs, load_multi30k
+from transformer_lib.data import (
+    BOS_ID,
+    DATA_ENV,
+    EOS_ID,
+    BatchesByLength,
+    BPETokenizer,
+    encode_pairs,
+    load_multi30k,
+)
 from transformer_lib.decoding import IncrementalDecoder, RerunDecoder, beam_search, translate
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.recurrent import RecurrentConfig, RecurrentDecoder, RecurrentTranslator
@@ -449,7 +457,7 @@ def test_the_sweep_writes_one_well_formed_line_per_variant(swept):
         for key in ("train_wall_s", "eval_wall_s", "tokens_per_s", "estimated_flops"):
             assert record[key] > 0
         tokens = record["tokens_per_s"] * record["train_wall_s"]
-        assert record["train_tgt_tokens"] == pytest.approx(tokens, rel=1e-3)
+        assert record["train_tgt_tokens"] == pytest.approx(tokens, rel=1e-9)
         assert len(record["samples"]) == 3
     assert records[0]["config"]["kind"] == "transformer" and records[1]["config"]["kind"] == "lstm"
     assert text.count("\n") == 2
@@ -513,6 +521,10 @@ def test_a_variant_cut_off_resumes_from_its_checkpoint_to_the_same_result(swept,
     assert resumed[0]["valid_loss"] == fresh[0]["valid_loss"]
     assert resumed[0]["bleu"] == fresh[0]["bleu"]
     assert resumed[0]["samples"] == fresh[0]["samples"]
+    # The tokens the line reports are the targets of the first four batches the loop was given.
+    batches = BatchesByLength(pairs, variant.training.max_tokens, variant.training.seed)(0)
+    assert fresh[0]["train_tgt_tokens"] == sum(batch.n_tokens for batch in batches[:4])
+    assert fresh[0]["train_src_tokens"] == sum(int((b.src != 0).sum()) for b in batches[:4])
     assert not run_dir.exists()  # weights are not kept once the line is written
 
 
