@@ -58,26 +58,39 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:243 (cell 14)
+# %% book/attention.md:248 (cell 14)
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention (§3.2.2): h attentions of width d_k = d_model / h, concatenated.
+    """Multi-head attention (§3.2.2): h attentions of width d_k = d_v = d_model / h, concatenated.
 
     ``forward(query (B, L_q, d_model), key (B, L_k, d_model), value (B, L_k, d_model), mask)``
     returns (B, L_q, d_model). ``mask`` broadcasts to (B, h, L_q, L_k), ``True`` = may attend.
+    ``d_k`` sets another width for queries and keys (Table 3, row B); values keep d_model / h.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        d_k: int | None = None,
+    ):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        d_v = d_model // n_heads  # the concatenated values are d_model wide, as W^O expects
+        d_k = d_v if d_k is None else d_k  # Table 3, row B shrinks queries and keys only
+        if d_k < 1:
+            raise ValueError(f"d_k must be positive, got {d_k}")
+        self.d_model, self.n_heads, self.d_k, self.d_v = d_model, n_heads, d_k, d_v
         self.dropout = dropout  # on the attention weights; the paper uses none (0.0)
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # W^Q, W^K, W^V of all heads
+        # W^Q and W^K (h * d_k rows each), then W^V (h * d_v = d_model rows), of all heads.
+        self.in_proj = nn.Linear(d_model, 2 * n_heads * d_k + d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.weights: Tensor | None = None  # the last weights, when asked for (need_weights)
 
-    def _split(self, x: Tensor) -> Tensor:  # (B, L, d_model) -> (B, h, L, d_k)
-        return x.unflatten(-1, (self.n_heads, self.d_k)).transpose(1, 2)
+    def _split(self, x: Tensor, width: int) -> Tensor:  # (B, L, h * width) -> (B, h, L, width)
+        return x.unflatten(-1, (self.n_heads, width)).transpose(1, 2)
 
     def forward(
         self,
@@ -92,24 +105,25 @@ class MultiHeadAttention(nn.Module):
         ``self.weights``. ``cache`` (a dict, empty at the first call) serves incremental decoding:
         self-attention appends the new keys and values to it; attention over another sequence
         (the encoder output) computes that sequence's keys and values once and reuses them."""
-        d = self.d_model
+        e, d_k, d_v = self.n_heads * self.d_k, self.d_k, self.d_v  # e: rows of W^Q and of W^K
         weight, bias = self.in_proj.weight, self.in_proj.bias
         if query is key and key is value:  # self-attention: one matrix multiplication
-            q, k, v = map(self._split, self.in_proj(query).chunk(3, dim=-1))  # (B, h, L, d_k)
+            q, k, v = self.in_proj(query).split([e, e, self.d_model], dim=-1)
+            q, k, v = self._split(q, d_k), self._split(k, d_k), self._split(v, d_v)  # (B, h, L, .)
             if cache is not None:
                 if "key" in cache:
                     k = torch.cat([cache["key"], k], dim=2)
                     v = torch.cat([cache["value"], v], dim=2)
                 cache["key"], cache["value"] = k, v
         else:
-            q = self._split(F.linear(query, weight[:d], None if bias is None else bias[:d]))
+            q = self._split(F.linear(query, weight[:e], None if bias is None else bias[:e]), d_k)
             if cache is not None and "key" in cache:
                 k, v = cache["key"], cache["value"]
             else:
-                b_k = None if bias is None else bias[d : 2 * d]
-                b_v = None if bias is None else bias[2 * d :]
-                k = self._split(F.linear(key, weight[d : 2 * d], b_k))
-                v = self._split(F.linear(value, weight[2 * d :], b_v))
+                b_k = None if bias is None else bias[e : 2 * e]
+                b_v = None if bias is None else bias[2 * e :]
+                k = self._split(F.linear(key, weight[e : 2 * e], b_k), d_k)  # (B, h, L_k, d_k)
+                v = self._split(F.linear(value, weight[2 * e :], b_v), d_v)  # (B, h, L_k, d_v)
                 if cache is not None:
                     cache["key"], cache["value"] = k, v
         dropout_p = self.dropout if self.training else 0.0

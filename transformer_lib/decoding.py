@@ -189,9 +189,9 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
             cache[key] = value[rows]
 
 
-# %% book/decoding.md:283 (cell 10)
+# %% book/decoding.md:286 (cell 10)
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tqdm import tqdm
 
@@ -208,11 +208,14 @@ def translate(
     batch_size: int = 64,
     extra_length: int = 50,
     progress: bool = False,
+    decoder_state: Callable[..., DecoderState] = IncrementalDecoder,
 ) -> list[str]:
     """Translate ``sentences`` (§6.1: beam 4, alpha 0.6, output up to input length + 50).
 
     ``tokenizer`` is the run's :class:`~transformer_lib.data.BPETokenizer`; ``beam_size=1`` is
     greedy search. The model stays on its device; the result is in the order of ``sentences``.
+    ``decoder_state(model, src (N, S))`` starts the :class:`DecoderState` the searches drive; the
+    model needs ``config.max_len`` (the longest input and output) besides.
     """
     was_training = model.training
     model.eval()
@@ -238,7 +241,7 @@ def translate(
             src[row, : lengths[row]] = torch.tensor(encoded[i] + [EOS_ID])
         src = src.to(device)
         max_lengths = torch.tensor(lengths, device=device).add(extra_length).clamp(max=limit)
-        state = IncrementalDecoder(model, src)
+        state = decoder_state(model, src)
         if beam_size == 1:
             outputs = greedy_search(state, BOS_ID, EOS_ID, max_lengths)
         else:

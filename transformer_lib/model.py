@@ -24,6 +24,8 @@ class TransformerConfig:
     embedding and the pre-softmax projection are one matrix (§3.4); with two vocabularies, the
     target embedding and the projection are. ``norm_first``: pre-LN layers instead of the
     paper's post-LN. ``max_len``: the longest sequence the positional encoding covers.
+    ``key_size`` and ``feed_forward`` serve the model variations chapter (Table 3): the first
+    narrows queries and keys (row B), the second removes the position-wise FFN (an ablation).
     """
 
     src_vocab_size: int
@@ -38,6 +40,8 @@ class TransformerConfig:
     norm_first: bool = False
     tie_embeddings: bool = True
     max_len: int = 1024
+    key_size: int | None = None  # d_k of queries and keys (Table 3, row B); None: d_model / h
+    feed_forward: bool = True  # False: layers without the FFN sub-layer (not the paper's model)
 
     def __post_init__(self):
         sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "d_ff", "n_heads", "n_layers")
@@ -49,6 +53,8 @@ class TransformerConfig:
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}): "
                 "each head has width d_model / n_heads"
             )
+        if self.key_size is not None and self.key_size < 1:
+            raise ValueError(f"key_size must be positive (or None), got {self.key_size}")
         if self.positional not in POSITIONAL:
             raise ValueError(f"positional must be one of {POSITIONAL}, got {self.positional!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -58,7 +64,12 @@ class TransformerConfig:
 
     @property
     def d_k(self) -> int:
-        """The width of one attention head (§3.2.2)."""
+        """The width of one head's queries and keys (§3.2.2): d_model / h unless ``key_size``."""
+        return self.key_size if self.key_size is not None else self.d_model // self.n_heads
+
+    @property
+    def d_v(self) -> int:
+        """The width of one head's values (§3.2.2), always d_model / h."""
         return self.d_model // self.n_heads
 
     @property
@@ -78,7 +89,7 @@ class TransformerConfig:
         return cls(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **{**sizes, **changes})
 
 
-# %% book/model.md:148 (cell 7)
+# %% book/model.md:159 (cell 7)
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (§3.3), the same at every position.
 
@@ -94,7 +105,7 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear_2(torch.relu(self.linear_1(x)))
 
 
-# %% book/model.md:194 (cell 11)
+# %% book/model.md:209 (cell 11)
 class Embeddings(nn.Module):
     """Token embeddings multiplied by sqrt(d_model) (§3.4). (B, L) int64 -> (B, L, d_model)."""
 
@@ -108,7 +119,7 @@ class Embeddings(nn.Module):
         return self.lookup(tokens) * self.scale
 
 
-# %% book/model.md:229 (cell 14)
+# %% book/model.md:244 (cell 14)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
 
@@ -153,23 +164,35 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:341 (cell 20)
+# %% book/model.md:356 (cell 20)
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network, each a residual sub-layer (§3.1).
 
     ``forward(x (B, S, d_model), src_mask (B, 1, 1, S))`` -> (B, S, d_model).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        norm_first: bool,
+        *,
+        d_k: int | None = None,
+        feed_forward: bool = True,
+    ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff)
-        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(2))
+        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff) if feed_forward else None
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(1 + feed_forward))
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
         x = _residual(self, 0, x, lambda h: self.self_attn(h, h, h, src_mask))
+        if self.feed_forward is None:  # the ablation without the FFN sub-layer
+            return x
         return _residual(self, 1, x, self.feed_forward)
 
 
@@ -181,12 +204,22 @@ class DecoderLayer(nn.Module):
     incrementally: ``x`` holds only the new positions, and keys and values are kept in ``cache``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        norm_first: bool,
+        *,
+        d_k: int | None = None,
+        feed_forward: bool = True,
+    ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff)
-        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
+        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff) if feed_forward else None
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(2 + feed_forward))
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
@@ -205,6 +238,8 @@ class DecoderLayer(nn.Module):
         x = _residual(
             self, 1, x, lambda h: self.cross_attn(h, memory, memory, src_mask, need_weights, other)
         )
+        if self.feed_forward is None:  # the ablation without the FFN sub-layer
+            return x
         return _residual(self, 2, x, self.feed_forward)
 
 
@@ -219,7 +254,7 @@ def _residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:415 (cell 22)
+# %% book/model.md:454 (cell 22)
 class Encoder(nn.Module):
     """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model)."""
 
@@ -229,7 +264,15 @@ class Encoder(nn.Module):
         self.embeddings = embeddings
         self.positions = PositionalEncoding(c.d_model, c.max_len, c.dropout, c.positional)
         self.layers = nn.ModuleList(
-            EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
+            EncoderLayer(
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                c.dropout,
+                c.norm_first,
+                d_k=c.key_size,
+                feed_forward=c.feed_forward,
+            )
             for _ in range(c.n_layers)
         )
         self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
@@ -250,7 +293,15 @@ class Decoder(nn.Module):
         self.embeddings = embeddings
         self.positions = PositionalEncoding(c.d_model, c.max_len, c.dropout, c.positional)
         self.layers = nn.ModuleList(
-            DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
+            DecoderLayer(
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                c.dropout,
+                c.norm_first,
+                d_k=c.key_size,
+                feed_forward=c.feed_forward,
+            )
             for _ in range(c.n_layers)
         )
         self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()

@@ -1,0 +1,555 @@
+"""The Table 3 sweep (paper §6.2) and the model options it needs, against independent references:
+attention with narrow keys written out head by head, the no-FFN model rebuilt from PyTorch's own
+attention and LayerNorm, parameter counts in closed form, the LSTM baseline's step-by-step
+decoding against its full forward pass, and the sweep run end to end on the CPU.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import assert_close
+from torch import nn
+
+from transformer_lib.attention import MultiHeadAttention, padding_mask, subsequent_mask
+from transformer_lib.data import (
+    BOS_ID,
+    DATA_ENV,
+    EOS_ID,
+    BatchesByLength,
+    BPETokenizer,
+    encode_pairs,
+    load_multi30k,
+)
+from transformer_lib.decoding import IncrementalDecoder, RerunDecoder, beam_search, translate
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.recurrent import RecurrentConfig, RecurrentDecoder, RecurrentTranslator
+from transformer_lib.variations import (
+    MANIFEST_FILE,
+    RESULTS_FILE,
+    SWEEP_PROFILES,
+    SweepError,
+    _train_variant,
+    build_model,
+    matching_recurrent,
+    read_results,
+    recurrent_parameters,
+    run_sweep,
+    select_variants,
+    sweep_tokenizer,
+    sweep_variants,
+    training_flops,
+)
+
+DOUBLE = torch.float64
+
+
+def randomise(module: nn.Module, seed: int) -> nn.Module:
+    """Every parameter random (vectors around 1), so no bias or gain hides at its initial value."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.uniform_(-0.5, 0.5).add_(1.0 if parameter.dim() == 1 else 0.0)
+    return module
+
+
+def count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+# ---------------------------------------------------------------------------------------------
+# Row B: queries and keys of width d_k, values of width d_model / h
+
+
+def attention_head_by_head(mha: MultiHeadAttention, query, key, value, mask):
+    """Equation 1 and §3.2.2 written out one head at a time from slices of the weights: rows
+    [i d_k, (i+1) d_k) of W^Q and of W^K, rows [i d_v, (i+1) d_v) of W^V, then W^O."""
+    h, d_k, d_v = mha.n_heads, mha.d_k, mha.d_model // mha.n_heads
+    w, b = mha.in_proj.weight, mha.in_proj.bias
+    keys_at, values_at = h * d_k, 2 * h * d_k
+    heads = []
+    for i in range(h):
+        q_rows = slice(i * d_k, (i + 1) * d_k)
+        k_rows = slice(keys_at + i * d_k, keys_at + (i + 1) * d_k)
+        v_rows = slice(values_at + i * d_v, values_at + (i + 1) * d_v)
+        q = query @ w[q_rows].T + b[q_rows]  # (B, L_q, d_k)
+        k = key @ w[k_rows].T + b[k_rows]  # (B, L_k, d_k)
+        v = value @ w[v_rows].T + b[v_rows]  # (B, L_k, d_v)
+        scores = q @ k.transpose(1, 2) / math.sqrt(d_k)
+        scores = scores.masked_fill(~mask[:, 0], float("-inf"))
+        heads.append(torch.softmax(scores, dim=-1) @ v)
+    return mha.out_proj(torch.cat(heads, dim=-1))
+
+
+@pytest.mark.parametrize("d_k", [1, 3, 8, 20])
+@pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fast", "written-out"])
+def test_narrow_keys_equal_attention_written_out_head_by_head(d_k, cross, need_weights):
+    mha = randomise(MultiHeadAttention(d_model=12, n_heads=3, d_k=d_k), d_k).double().eval()
+    assert mha.in_proj.weight.shape == (2 * 3 * d_k + 12, 12)
+    g = torch.Generator().manual_seed(d_k)
+    x = torch.randn(2, 5, 12, generator=g, dtype=DOUBLE)
+    memory = torch.randn(2, 7, 12, generator=g, dtype=DOUBLE) if cross else x
+    tokens = torch.tensor([[3, 4, 5, 6, 7, 8, 9], [3, 4, 5, 0, 0, 0, 0]])[:, : memory.shape[1]]
+    mask = padding_mask(tokens, 0)  # (B, 1, 1, L_k)
+    if not cross:
+        mask = mask & subsequent_mask(5)
+    mask = mask.expand(2, 1, 5, memory.shape[1])
+    ours = mha(x, memory, memory, mask, need_weights=need_weights)
+    assert_close(ours, attention_head_by_head(mha, x, memory, memory, mask))
+
+
+def test_default_key_width_is_the_papers_layout():
+    mha = MultiHeadAttention(d_model=16, n_heads=4)
+    assert (mha.d_k, mha.d_v) == (4, 4) and mha.in_proj.weight.shape == (48, 16)
+    config = TransformerConfig.base(key_size=16)
+    assert (config.d_k, config.d_v) == (16, 64)
+    assert (TransformerConfig.base().d_k, TransformerConfig.base().d_v) == (64, 64)
+    with pytest.raises(ValueError, match="key_size"):
+        TransformerConfig.base(key_size=0)
+    with pytest.raises(ValueError, match="d_k"):
+        MultiHeadAttention(16, 4, d_k=0)
+
+
+@pytest.mark.parametrize("chunks", [[1, 1, 1, 1, 1, 1], [2, 3, 1]])
+def test_narrow_keys_cached_one_step_at_a_time_equal_full_causal_attention(chunks):
+    mha = randomise(MultiHeadAttention(d_model=12, n_heads=2, d_k=5), 1).double().eval()
+    x = torch.randn(3, sum(chunks), 12, dtype=DOUBLE, generator=torch.Generator().manual_seed(1))
+    full = mha(x, x, x, subsequent_mask(sum(chunks)))
+    cache, pieces, start = {}, [], 0
+    for size in chunks:
+        part = x[:, start : start + size]
+        mask = subsequent_mask(start + size)[:, :, start:]  # new rows see every earlier key
+        pieces.append(mha(part, part, part, mask, cache=cache))
+        start += size
+    assert cache["key"].shape[-1] == 5 and cache["value"].shape[-1] == 6
+    assert_close(torch.cat(pieces, dim=1), full)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter counts: closed forms
+
+
+def transformer_parameters(c: TransformerConfig) -> int:
+    """Counted by hand: attention has W^Q, W^K (d x h d_k) and W^V, W^O (d x d) with biases; the
+    FFN (when there is one) d x d_ff and back with biases; a LayerNorm per sub-layer."""
+    d, qk = c.d_model, c.n_heads * c.d_k
+    attention = (2 * qk + d) * d + (2 * qk + d) + d * d + d
+    ffn = (2 * d * c.d_ff + c.d_ff + d) if c.feed_forward else 0
+    sublayers = 1 + c.feed_forward
+    encoder_layer = attention + ffn + sublayers * 2 * d
+    decoder_layer = 2 * attention + ffn + (sublayers + 1) * 2 * d
+    tables = c.tgt_vocab_size * d  # one shared, tied matrix in these configurations
+    positions = 2 * c.max_len * d if c.positional == "learned" else 0
+    return c.n_layers * (encoder_layer + decoder_layer) + tables + positions
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        dict(key_size=16),
+        dict(key_size=32),
+        dict(key_size=100, n_heads=2),
+        dict(feed_forward=False),
+        dict(feed_forward=False, key_size=8, n_layers=3),
+        dict(positional="learned", max_len=256),
+    ],
+)
+def test_transformer_parameters_are_the_closed_form(changes):
+    config = TransformerConfig.base(vocab_size=8000, **{"n_layers": 2, **changes})
+    with torch.device("meta"):
+        assert count(Transformer(config)) == transformer_parameters(config)
+
+
+def lstm_parameters(c: RecurrentConfig) -> int:
+    """By hand: an LSTM layer of H units reading I inputs has 4H(I + H) weights and two bias
+    vectors of 4H; the encoder has two directions of d/2 units per layer, all reading d inputs."""
+    d, n = c.d_model, c.n_layers
+
+    def layer(inputs, units):
+        return 4 * units * (inputs + units) + 2 * 4 * units
+
+    shared = c.tie_embeddings and c.src_vocab_size == c.tgt_vocab_size
+    tables = c.tgt_vocab_size * d + (0 if shared else c.src_vocab_size * d)
+    generator = 0 if c.tie_embeddings else c.tgt_vocab_size * d
+    encoder = n * 2 * layer(d, d // 2)
+    decoder = n * layer(d, d)
+    attention = d * d + 2 * d * d + d  # W_a; W_c and its bias
+    return tables + generator + encoder + decoder + attention
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, dict(n_layers=1), dict(tie_embeddings=False), dict(src_vocab_size=31, tgt_vocab_size=17)],
+)
+def test_lstm_parameters_are_the_closed_form(changes):
+    config = RecurrentConfig(
+        **{"src_vocab_size": 50, "tgt_vocab_size": 50, "d_model": 24, **changes}
+    )
+    model = RecurrentTranslator(config)
+    assert count(model) == lstm_parameters(config) == recurrent_parameters(config)
+    if config.tie_embeddings:
+        assert model.generator.weight is model.tgt_embeddings.lookup.weight
+
+
+def test_the_lstm_baseline_is_the_width_closest_to_the_base_in_parameters():
+    base = TransformerConfig(8000, 8000, d_model=512, d_ff=2048, n_heads=8, n_layers=3)
+    with torch.device("meta"):
+        target = count(Transformer(base))
+    lstm = matching_recurrent(base, n_layers=2)
+    gap = abs(lstm_parameters(lstm) - target)
+    for other in (lstm.d_model - 16, lstm.d_model + 16):
+        assert abs(lstm_parameters(dataclasses.replace(lstm, d_model=other)) - target) >= gap
+    assert gap / target < 0.05
+
+
+# ---------------------------------------------------------------------------------------------
+# The model without the position-wise FFN, against PyTorch's attention and LayerNorm
+
+
+def torch_attention(ours: MultiHeadAttention) -> nn.MultiheadAttention:
+    theirs = nn.MultiheadAttention(ours.d_model, ours.n_heads, batch_first=True).double()
+    theirs.in_proj_weight.data.copy_(ours.in_proj.weight)
+    theirs.in_proj_bias.data.copy_(ours.in_proj.bias)
+    theirs.out_proj.load_state_dict(ours.out_proj.state_dict())
+    return theirs.eval()
+
+
+def no_ffn_reference(model: Transformer, src, tgt):
+    """Each encoder layer LayerNorm(x + SelfAttention(x)), each decoder layer the same followed
+    by LayerNorm(y + CrossAttention(y, memory)): nothing else, with PyTorch's modules."""
+    c = model.config
+    src_pad, tgt_pad = src == c.pad_id, tgt == c.pad_id  # PyTorch: True = may NOT attend
+    causal = ~subsequent_mask(tgt.shape[1])[0, 0]
+
+    def norm(layer_norm, x):
+        return F.layer_norm(x, (c.d_model,), layer_norm.weight, layer_norm.bias, layer_norm.eps)
+
+    x = model.encoder.positions(model.encoder.embeddings(src))
+    for layer in model.encoder.layers:
+        a, _ = torch_attention(layer.self_attn)(x, x, x, key_padding_mask=src_pad)
+        x = norm(layer.norms[0], x + a)
+    memory = x
+    y = model.decoder.positions(model.decoder.embeddings(tgt))
+    for layer in model.decoder.layers:
+        attention = torch_attention(layer.self_attn)
+        a, _ = attention(y, y, y, attn_mask=causal, key_padding_mask=tgt_pad, is_causal=False)
+        y = norm(layer.norms[0], y + a)
+        a, _ = torch_attention(layer.cross_attn)(y, memory, memory, key_padding_mask=src_pad)
+        y = norm(layer.norms[1], y + a)
+    return model.generator(y)
+
+
+def test_model_without_ffn_equals_attention_and_layernorm_alone():
+    config = TransformerConfig(29, 29, d_model=12, d_ff=20, n_heads=3, n_layers=2, dropout=0.0)
+    model = randomise(Transformer(dataclasses.replace(config, feed_forward=False)), 4)
+    model = model.double().eval()
+    assert all(layer.feed_forward is None for layer in model.encoder.layers)
+    assert not any("feed_forward" in name for name, _ in model.named_parameters())
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
+    tgt = torch.tensor([[1, 11, 12, 13], [1, 14, 15, 16]])  # the decoder's input, no padding
+    assert_close(model(src, tgt), no_ffn_reference(model, src, tgt), atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "changes", [dict(key_size=3), dict(feed_forward=False)], ids=["narrow-keys", "no-ffn"]
+)
+def test_incremental_decoding_of_the_new_options_equals_rerunning(changes):
+    config = TransformerConfig(23, 23, d_model=16, d_ff=32, n_heads=4, n_layers=2, dropout=0.0)
+    model = randomise(Transformer(dataclasses.replace(config, **changes)), 2).double().eval()
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0], [4, 2, 0, 0, 0]])
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        fast, slow = IncrementalDecoder(model, src), RerunDecoder(model, src)
+        tokens = torch.full((3,), BOS_ID, dtype=torch.long)
+        for step in range(6):
+            assert_close(fast.step(tokens), slow.step(tokens), atol=1e-9)
+            if step == 2:
+                fast.select(torch.tensor([2, 0, 0]))
+                slow.select(torch.tensor([2, 0, 0]))
+            tokens = torch.randint(3, 23, (3,), generator=g)
+
+
+# ---------------------------------------------------------------------------------------------
+# The LSTM baseline as a decoder state
+
+
+def random_lstm(seed: int, **changes) -> RecurrentTranslator:
+    settings = dict(src_vocab_size=30, tgt_vocab_size=30, d_model=16, n_layers=2, dropout=0.0)
+    torch.manual_seed(seed)
+    return RecurrentTranslator(RecurrentConfig(**{**settings, **changes})).double().eval()
+
+
+SOURCES = torch.tensor([[5, 6, 7, 8, 9, 2], [9, 10, 2, 0, 0, 0], [4, 2, 0, 0, 0, 0]])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lstm_steps_equal_its_full_forward_pass_also_after_reordering(seed):
+    model = random_lstm(seed, n_layers=1 + seed % 2)
+    g = torch.Generator().manual_seed(seed)
+    tgt = torch.cat([torch.full((3, 1), BOS_ID), torch.randint(3, 30, (3, 6), generator=g)], 1)
+    rows = torch.tensor([2, 0, 0])  # beam search reorders, duplicates and drops rows
+    with torch.no_grad():
+        full = model(SOURCES, tgt)  # (B, T, V)
+        reordered = model(SOURCES[rows], tgt[rows])
+        state = RecurrentDecoder(model, SOURCES)
+        for t in range(tgt.shape[1]):
+            if t == 3:
+                state.select(rows)
+            expected = full[:, t] if t < 3 else reordered[:, t]
+            assert_close(state.step(tgt[:, t] if t < 3 else tgt[rows, t]), expected, atol=1e-12)
+
+
+def test_lstm_encoder_ignores_source_padding():
+    model = random_lstm(7)
+    tgt = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8], [BOS_ID, 9, 3]])
+    padded = torch.cat([SOURCES, torch.zeros(3, 4, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        assert_close(model(SOURCES, tgt), model(padded, tgt), atol=1e-12)
+        alone = model(SOURCES[1:2, :3], tgt[1:2])  # the second sentence without padding
+    assert_close(model(SOURCES, tgt)[1:2].detach(), alone, atol=1e-12)
+
+
+def test_lstm_beam_search_finds_the_same_outputs_batched_or_alone():
+    model = random_lstm(8)
+    limits = torch.tensor([9, 7, 5])
+    with torch.no_grad():
+        together = beam_search(RecurrentDecoder(model, SOURCES), BOS_ID, EOS_ID, limits, 3)
+        alone = [
+            beam_search(
+                RecurrentDecoder(model, SOURCES[i : i + 1]), BOS_ID, EOS_ID, limits[i : i + 1], 3
+            )[0]
+            for i in range(3)
+        ]
+    assert [h.tokens for h in together] == [h.tokens for h in alone]
+    for a, b in zip(together, alone, strict=True):
+        assert math.isclose(a.score, b.score, rel_tol=1e-9)
+
+
+def test_translate_drives_the_lstm_state():
+    sentences = ["Ein Hund rennt.", "", "Zwei Männer spielen Fußball auf einem Feld."]
+    tokenizer = BPETokenizer.train([s for s in sentences if s] * 5, vocab_size=300)
+    model = random_lstm(9, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size)
+    model = model.float()
+    kwargs = dict(beam_size=3, extra_length=5, decoder_state=RecurrentDecoder)
+    together = translate(model, tokenizer, sentences, batch_size=2, **kwargs)
+    alone = [translate(model, tokenizer, [s], **kwargs)[0] for s in sentences]
+    assert together == alone and together[1] == ""
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [(dict(d_model=15), "even"), (dict(n_layers=0), "n_layers"), (dict(dropout=1.0), "dropout")],
+)
+def test_impossible_lstm_configurations_are_refused(changes, field):
+    with pytest.raises(ValueError, match=field):
+        RecurrentConfig(**{"src_vocab_size": 30, "tgt_vocab_size": 30, **changes})
+
+
+# ---------------------------------------------------------------------------------------------
+# The table of variants
+
+
+FULL = SWEEP_PROFILES["full"]
+
+
+def test_the_full_sweep_has_every_row_of_table_3_and_the_three_questions():
+    variants = sweep_variants(FULL, 8000)
+    names = [v.name for v in variants]
+    assert len(names) == len(set(names))
+    expected = ["base", "base-seed1", "base-seed2", "A-h1", "A-h4", "A-h16", "A-h32"]
+    expected += ["B-dk16", "B-dk32", "C-N2", "C-N4", "C-N8", "C-d256", "C-d1024"]
+    expected += ["C-ff1024", "C-ff4096", "D-drop0.0", "D-drop0.2", "D-ls0.0", "D-ls0.2"]
+    expected += ["E-learned", "FFN-none", "FFN-dff512", "RNN-lstm"]
+    assert names == expected
+    steps = {v.training.max_steps for v in variants}
+    assert steps == {FULL.training.max_steps}  # the same steps for every variant
+    by_name = {v.name: v for v in variants}
+    assert by_name["B-dk16"].model.d_k == 16 and by_name["B-dk16"].model.d_v == 64
+    assert by_name["base-seed2"].training.seed == 2
+    assert by_name["D-ls0.2"].training.label_smoothing == 0.2
+    assert isinstance(by_name["RNN-lstm"].model, RecurrentConfig)
+
+
+def test_row_a_keeps_the_computation_constant():
+    """§3.2.2: with d_k = d_model / h, every head count costs the same and has the same size."""
+    variants = [v for v in sweep_variants(FULL, 8000) if v.row in ("A", "base")]
+    flops = {training_flops(v.model, 1000, 1000, 20, 20) for v in variants}
+    with torch.device("meta"):
+        sizes = {count(Transformer(v.model)) for v in variants}
+    assert len(variants) == 5 and len(flops) == 1 and len(sizes) == 1
+
+
+def test_training_flops_grow_with_tokens_and_shrink_without_the_ffn():
+    base = FULL.model
+    one = training_flops(base, 1000, 1000, 20, 20)
+    assert training_flops(base, 2000, 2000, 20, 20) == pytest.approx(2 * one)
+    assert training_flops(dataclasses.replace(base, feed_forward=False), 1000, 1000, 20, 20) < one
+    # Without attention's length terms, 6 x parameters outside the embeddings x tokens, plus the
+    # vocabulary projection of each target token.
+    with torch.device("meta"):
+        model = Transformer(base)
+    layers = count(model) - count(model.generator)
+    approximate = 6 * (layers * 1000 + base.d_model * base.tgt_vocab_size * 1000)
+    assert training_flops(base, 1000, 1000, 0, 0) == pytest.approx(approximate, rel=0.01)
+
+
+def test_variants_are_chosen_by_name_or_row():
+    variants = sweep_variants(FULL, 8000)
+    assert [v.name for v in select_variants(variants, ["B", "base"])] == [
+        "base",
+        "B-dk16",
+        "B-dk32",
+    ]
+    with pytest.raises(SweepError, match="A-h7"):
+        select_variants(variants, ["A-h7"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep, end to end on the CPU
+
+
+TOY = dataclasses.replace(SWEEP_PROFILES["ci"], valid_sentences=12, translate_batch=12)
+DATA = Path(
+    os.environ.get(DATA_ENV) or Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """A toy sweep of the base and the LSTM for three updates each; the rerun does nothing."""
+    if not (DATA / "train.de.gz").is_file():
+        pytest.skip("the Multi30k copy is not available")
+    root = tmp_path_factory.mktemp("table3")
+    out, work = root / "out", root / "work"
+    provenance = {"command": "test", "commit": "abc"}
+    first = run_sweep(
+        TOY, out, work, only=["base", "RNN"], max_steps=3, data_dir=DATA, provenance=provenance
+    )
+    text = (out / RESULTS_FILE).read_text()
+    again = run_sweep(TOY, out, work, only=["base", "RNN-lstm"], max_steps=3, data_dir=DATA)
+    return out, work, first, text, again
+
+
+def test_the_sweep_writes_one_well_formed_line_per_variant(swept):
+    out, _, first, text, _ = swept
+    records = read_results(out)
+    assert [r["name"] for r in records] == [r["name"] for r in first] == ["base", "RNN-lstm"]
+    vocab = records[0]["config"]["model"]["tgt_vocab_size"]
+    variants = {v.name: v for v in sweep_variants(TOY, vocab, 3)}
+    for record in records:
+        assert record == json.loads(json.dumps(record))  # plain JSON
+        assert record["steps"] == 3 and record["config"]["training"]["max_steps"] == 3
+        with torch.device("meta"):
+            assert record["parameters"] == count(build_model(variants[record["name"]].model))
+        assert 0.0 <= record["bleu"] <= 100.0
+        assert record["bleu_signature"].startswith("nrefs:1")
+        assert math.isclose(record["valid_ppl"], math.exp(record["valid_loss"]), rel_tol=1e-9)
+        evaluation = {"split": "val", "sentences": 12, "beam_size": 4, "alpha": 0.6}
+        assert record["config"]["evaluation"] == {**evaluation, "max_len": TOY.max_len}
+        for key in ("train_wall_s", "eval_wall_s", "tokens_per_s", "estimated_flops"):
+            assert record[key] > 0
+        tokens = record["tokens_per_s"] * record["train_wall_s"]
+        assert record["train_tgt_tokens"] == pytest.approx(tokens, rel=1e-9)
+        assert len(record["samples"]) == 3
+    assert records[0]["config"]["kind"] == "transformer" and records[1]["config"]["kind"] == "lstm"
+    assert text.count("\n") == 2
+
+
+def test_the_manifest_says_how_the_lines_were_made(swept):
+    out = swept[0]
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    assert manifest["variants"] == ["RNN-lstm", "base"]
+    assert manifest["src"] == "en" and manifest["tgt"] == "de"
+    first, second = manifest["invocations"]
+    assert first["commit"] == "abc" and first["ran"] == ["base", "RNN-lstm"]
+    assert second["ran"] == []
+    for key in ("torch", "tokenizers", "sacrebleu", "device", "python"):
+        assert manifest["environment"][key]
+
+
+def test_a_rerun_skips_what_is_done_and_refuses_other_settings(swept):
+    out, work, _, text, again = swept
+    assert again == [] and (out / RESULTS_FILE).read_text() == text
+    with pytest.raises(SweepError, match="other settings"):
+        run_sweep(TOY, out, work, only=["base"], max_steps=4, data_dir=DATA)
+    other = dataclasses.replace(TOY, beam_size=2)
+    with pytest.raises(SweepError, match="another profile"):
+        run_sweep(other, out, work, only=["base"], max_steps=3, data_dir=DATA)
+
+
+def test_a_spent_budget_starts_no_variant_and_the_manifest_says_why(swept, tmp_path):
+    work = swept[1]
+    out = tmp_path / "out"
+    written = run_sweep(TOY, out, work, only=["base"], max_steps=2, data_dir=DATA, budget_s=1e-3)
+    assert written == [] and read_results(out) == []
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    assert "budget" in manifest["invocations"][0]["stopped"]
+
+
+def test_a_variant_cut_off_resumes_from_its_checkpoint_to_the_same_result(swept, tmp_path, caplog):
+    """A variant stopped at update 2 of 4, its checkpoint left in the work folder, ends where an
+    uninterrupted run ends: the training chapter's exact resumption, through the sweep."""
+    profile = dataclasses.replace(TOY, checkpoints=2)  # a checkpoint every 2 of 4 updates
+    for name in ("cut", "fresh"):
+        shutil.copytree(swept[1], tmp_path / name, ignore=lambda *_: ["runs"])  # the tokenizer
+    tokenizer, _ = sweep_tokenizer(profile, tmp_path / "cut", "en", "de")
+    variant = select_variants(sweep_variants(profile, tokenizer.vocab_size, 4), ["base"])[0]
+    stopped = dataclasses.replace(variant.training, max_steps=2)  # as if killed at update 2
+    pairs = encode_pairs(tokenizer, load_multi30k("train", "en", "de", DATA), profile.max_len)
+    run_dir = tmp_path / "cut" / "runs" / "base"
+    _train_variant(
+        dataclasses.replace(variant, training=stopped), pairs, None, run_dir, "cpu", False
+    )
+    assert (run_dir / "checkpoints" / "step-2.pt").is_file()
+
+    caplog.set_level("INFO")
+    resumed = run_sweep(
+        profile, tmp_path / "a", tmp_path / "cut", max_steps=4, only=["base"], data_dir=DATA
+    )
+    assert "base: resuming" in caplog.text and "cannot resume" not in caplog.text
+    fresh = run_sweep(
+        profile, tmp_path / "b", tmp_path / "fresh", max_steps=4, only=["base"], data_dir=DATA
+    )
+    assert resumed[0]["valid_loss"] == fresh[0]["valid_loss"]
+    assert resumed[0]["bleu"] == fresh[0]["bleu"]
+    assert resumed[0]["samples"] == fresh[0]["samples"]
+    # The tokens the line reports are the targets of the first four batches the loop was given.
+    batches = BatchesByLength(pairs, variant.training.max_tokens, variant.training.seed)(0)
+    assert fresh[0]["train_tgt_tokens"] == sum(batch.n_tokens for batch in batches[:4])
+    assert fresh[0]["train_src_tokens"] == sum(int((b.src != 0).sum()) for b in batches[:4])
+    assert not run_dir.exists()  # weights are not kept once the line is written
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+def test_the_command_refuses_bad_options_with_status_2(swept, capsys):
+    import table3
+
+    work = swept[1]
+    common = ["--profile", "ci", "--work", str(work), "--data-dir", str(DATA)]
+    assert table3.main([*common, "--max-steps", "0"]) == 2
+    assert "max-steps" in capsys.readouterr().err
+    assert table3.main([*common, "--src", "en", "--tgt", "en"]) == 2
+    assert table3.main([*common, "--data-dir", str(work / "nowhere")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    code = table3.main([*common, "--only", "nonsense", "--out", str(work / "o")])
+    assert code == 2 and "nonsense" in capsys.readouterr().err
+
+
+def test_the_command_lists_the_variants(capsys):
+    import table3
+
+    assert table3.main(["--profile", "full", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + len(sweep_variants(FULL, 8000))
+    assert lines[1].split()[0] == "base"

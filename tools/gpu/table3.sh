@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The Table 3 sweep (issue 10, book/variations.md) on one GPU, in device commands of at most
+# 10 minutes, resumable: every finished variant is a line of results/table3/variants.jsonl, and a
+# rerun skips it. Sized for about 25 minutes of one H100 (the chapter's "Sizing the GPU sweep").
+#
+# Before the first device command, on this machine (CPU, about 20 s):
+#   mkdir -p data && cp -r /work/shared/data/multi30k data/       # data/ is git-ignored
+#   PYTHONPATH=. python tools/table3.py --profile full --prepare   # the sweep's tokenizer
+# The tokenizer then travels with every command, so every part of the sweep uses the same one.
+#
+# Device commands (the run tool), each with
+#   carry=["data/multi30k", "runs/table3-full/tokenizer-en-de-8000.json"], timeout_s=600:
+#   1. "bash tools/gpu/table3.sh calibrate"             about 1-2 minutes
+#      Trains the base and the LSTM for 200 updates, prints the measured speed and the sweep's
+#      projected time at 2,000 updates, and the number of updates that would fit 25 minutes.
+#      If the projection is over budget, pass that number as STEPS to every sweep command.
+#   2. "COMMIT=<git rev-parse HEAD> [STEPS=<n>] bash tools/gpu/table3.sh sweep"
+#      Repeat until its output ends with "sweep complete" (three commands by the estimate).
+#      After EACH command, copy the returned files into this tree before the next one (the
+#      device's copy of the tree is refreshed from this one at every call):
+#        cp <files_at>/table3/variants.jsonl <files_at>/table3/manifest.json results/table3/
+#      then commit results/table3/ (small text only: no weights leave the device).
+#   3. Locally: pytest -n 0 tests/test_chapters.py -k variations, which renders the chapter
+#      from the results; then write the row-by-row verdicts into the chapter's prose.
+#
+# A variant cut off by the time limit resumes from its last checkpoint (every quarter of its
+# updates) if the device is still warm (runs/ is kept between calls), and restarts otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=. TRANSFORMER_LIB_DATA="${TRANSFORMER_LIB_DATA:-data/multi30k}"
+PYTHON="${PYTHON:-python3}"
+OUT="${OUT:-/tmp/table3-out}"
+mkdir -p "$OUT/table3"
+steps=()
+if [[ -n "${STEPS:-}" ]]; then steps=(--max-steps "$STEPS"); fi
+commit=()
+if [[ -n "${COMMIT:-}" ]]; then commit=(--commit "$COMMIT"); fi
+# PROFILE=ci runs the same commands at toy scale on a CPU (results in runs/table3-ci/results).
+PROFILE="${PROFILE:-full}"
+case "$PROFILE" in
+  full) results=results/table3 tokenizer=runs/table3-full/tokenizer-en-de-8000.json ;;
+  ci) results=runs/table3-ci/results tokenizer=runs/table3-ci/tokenizer-en-de-1000.json ;;
+  *) echo "PROFILE must be full or ci, got $PROFILE" >&2; exit 2 ;;
+esac
+if [[ "$PROFILE" == full && ! -f "$tokenizer" ]]; then
+  echo "$tokenizer is missing: prepare it on the CPU and carry it (see the top of $0)" >&2
+  exit 2
+fi
+
+case "${1:-}" in
+  calibrate)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+    "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+    "$PYTHON" tools/table3.py --profile "$PROFILE" --calibrate "${CALIBRATE:-200}" --quiet "${steps[@]}" \
+      2>&1 | tee "$OUT/table3/calibration.txt"
+    ;;
+  sweep)
+    # 600 s per command: start no variant after about 480 s, stop hard at 560 s, then copy.
+    timeout 560 "$PYTHON" tools/table3.py --profile "$PROFILE" --budget-s "${BUDGET_S:-480}" \
+      --quiet "${steps[@]}" "${commit[@]}"
+    status=$?
+    cp "$results/variants.jsonl" "$results/manifest.json" "$OUT/table3/" 2>/dev/null
+    ls -l "$OUT/table3"
+    exit "$status"
+    ;;
+  *)
+    echo "usage: bash tools/gpu/table3.sh calibrate|sweep   (see the comments at the top)" >&2
+    exit 2
+    ;;
+esac

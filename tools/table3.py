@@ -1,0 +1,229 @@
+"""Run the Table 3 sweep (paper §6.2) on Multi30k: one command, resumable, in parts if need be.
+
+Every variant of the profile trains for the same steps and is scored on the validation split with
+beam 4; each finished variant adds one JSON line to ``OUT/variants.jsonl`` and updates
+``OUT/manifest.json``. A rerun skips the variants already there, so the sweep can be split over
+several time-limited commands (``--budget-s``, and a variant cut off halfway resumes from its last
+checkpoint in the work folder). See ``book/variations.md`` and ``tools/gpu/table3.sh``.
+
+Usage::
+
+    python tools/table3.py --profile full                      # the GPU sweep, into results/table3
+    python tools/table3.py --profile ci --only base RNN-lstm   # a toy sweep on the CPU
+    python tools/table3.py --profile full --list               # the variants, sizes and costs
+    python tools/table3.py --profile full --prepare            # only train the sweep's tokenizer
+    python tools/table3.py --profile full --calibrate 200      # time the base, project the sweep
+
+Errors a user can cause end in one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this tree's library, wherever the command is started from
+DEFAULT_OUT = {"full": ROOT / "results" / "table3", "ci": ROOT / "runs" / "table3-ci" / "results"}
+PEAK_FLOPS = 989e12  # H100 SXM, dense bf16 (NVIDIA's datasheet; 1,979 is with 2:4 sparsity)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python tools/table3.py", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--profile", choices=["ci", "full"], default="full", help="sweep size")
+    parser.add_argument("--out", type=Path, help="results folder (full: results/table3)")
+    parser.add_argument(
+        "--work", type=Path, help="tokenizer and checkpoints (runs/table3-<profile>)"
+    )
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="variants or rows, e.g. base A")
+    parser.add_argument("--max-steps", type=int, help="train every variant this many steps instead")
+    parser.add_argument("--src", choices=["de", "en"], default="en", help="source language")
+    parser.add_argument("--tgt", choices=["de", "en"], default="de", help="target language")
+    parser.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
+    parser.add_argument("--budget-s", type=float, help="start no variant that would end later")
+    parser.add_argument("--commit", help="git commit to record (default: git rev-parse HEAD)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    actions = parser.add_mutually_exclusive_group()
+    actions.add_argument("--list", action="store_true", help="list the variants and stop")
+    actions.add_argument("--prepare", action="store_true", help="train the tokenizer and stop")
+    actions.add_argument(
+        "--calibrate", type=int, metavar="STEPS", help="time the base for STEPS, project the sweep"
+    )
+    return parser
+
+
+def _commit() -> str | None:
+    try:
+        found = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None  # not a git checkout (e.g. a copy of the tree on a GPU machine)
+    return found.stdout.strip()
+
+
+def list_variants(profile, max_steps: int | None) -> None:
+    """Print every variant with its parameters and estimated training cost (an upper bound:
+    every update filled to its token budget, sentences of 32 tokens)."""
+    import torch
+
+    from transformer_lib.variations import build_model, sweep_variants, training_flops
+
+    variants = sweep_variants(profile, profile.vocab_size, max_steps)
+    print(f"{'variant':12s} {'row':5s} {'params':>8s} {'PFLOP':>7s}  label")
+    for v in variants:
+        with torch.device("meta"):
+            params = sum(p.numel() for p in build_model(v.model).parameters())
+        tokens = v.training.max_steps * v.training.max_tokens
+        flops = training_flops(v.model, tokens, tokens, 32, 32)
+        print(f"{v.name:12s} {v.row:5s} {params / 1e6:7.1f}M {flops / 1e15:7.1f}  {v.label}")
+
+
+def calibrate(args, profile, work: Path) -> int:
+    """Train the base and the LSTM for a few steps here, then project every variant's time at
+    full length from the measured seconds per estimated FLOP (the LSTM's for the LSTM)."""
+    import numpy as np
+
+    from transformer_lib.recurrent import RecurrentConfig
+    from transformer_lib.variations import (
+        run_sweep,
+        sweep_tokenizer,
+        sweep_variants,
+        training_flops,
+    )
+
+    scratch = work / "calibration"
+    shutil.rmtree(scratch, ignore_errors=True)
+    records = run_sweep(
+        profile,
+        scratch,
+        work,
+        src=args.src,
+        tgt=args.tgt,
+        only=["base", "RNN-lstm"],
+        max_steps=args.calibrate,
+        data_dir=args.data_dir,
+        device=args.device,
+        progress=not args.quiet,
+    )
+    shutil.rmtree(scratch, ignore_errors=True)
+    if len(records) < 2:
+        print("error: the calibration runs failed (see the log above)", file=sys.stderr)
+        return 1
+    tokenizer, _ = sweep_tokenizer(profile, work, args.src, args.tgt)
+    variants = sweep_variants(profile, tokenizer.vocab_size, args.max_steps)
+    lengths = (32, 32)  # only the small attention terms depend on them
+    per_flop, eval_s = {}, {}
+    for record, kind in zip(records, ("transformer", "lstm"), strict=True):
+        model = variants[0].model if kind == "transformer" else variants[-1].model
+        tokens = record["train_src_tokens"], record["train_tgt_tokens"]
+        flops = training_flops(model, *tokens, *lengths)
+        per_flop[kind] = record["train_wall_s"] / flops
+        eval_s[kind] = record["eval_wall_s"]
+        print(
+            f"{record['name']}, {record['steps']} steps: {record['train_wall_s']:.1f} s training "
+            f"({flops / record['train_wall_s'] / 1e12:.3g} TFLOP/s by the estimate, "
+            f"{flops / record['train_wall_s'] / PEAK_FLOPS:.0%} of an H100's dense bf16 peak), "
+            f"{record['eval_wall_s']:.1f} s evaluation, {record['tokens_per_s']:.0f} target tokens/s"
+        )
+    base = records[0]
+    tokens_per_step = [
+        base[key] / base["steps"] for key in ("train_src_tokens", "train_tgt_tokens")
+    ]
+    steps = variants[0].training.max_steps
+    total_train = total_eval = 0.0
+    for v in variants:
+        kind = "lstm" if isinstance(v.model, RecurrentConfig) else "transformer"
+        flops = training_flops(v.model, *(t * steps for t in tokens_per_step), *lengths)
+        seconds = per_flop[kind] * flops
+        total_train += seconds
+        total_eval += eval_s[kind]
+        print(f"  {v.name:12s} {seconds + eval_s[kind]:7.0f} s")
+    total = total_train + total_eval
+    print(f"projected sweep at {steps} steps: {total / 60:.1f} min (plus start-up per command)")
+    fitting = int(np.floor(steps * (25 * 60 - total_eval) / max(total_train, 1e-9) / 50) * 50)
+    print(f"steps that fit 25 minutes with the same evaluation: about {fitting}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    from transformer_lib.variations import SWEEP_PROFILES, run_sweep, sweep_tokenizer
+
+    profile = SWEEP_PROFILES[args.profile]
+    out = args.out or DEFAULT_OUT[args.profile]
+    work = args.work or ROOT / "runs" / f"table3-{args.profile}"
+    try:
+        if args.max_steps is not None and args.max_steps < 1:
+            raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}")
+        if args.budget_s is not None and args.budget_s <= 0:
+            raise ValueError(f"--budget-s must be positive, got {args.budget_s}")
+        if args.data_dir is not None and not args.data_dir.is_dir():
+            raise ValueError(f"--data-dir {args.data_dir} is not a folder")
+        if args.src == args.tgt:
+            raise ValueError(f"--src and --tgt are both {args.src!r}: choose two languages")
+        if args.list:
+            list_variants(profile, args.max_steps)
+            return 0
+        if args.prepare:
+            _, path = sweep_tokenizer(profile, work, args.src, args.tgt, data_dir=args.data_dir)
+            print(path)
+            return 0
+        if args.calibrate is not None:
+            if args.calibrate < 1:
+                raise ValueError(f"--calibrate needs at least 1 step, got {args.calibrate}")
+            return calibrate(args, profile, work)
+        provenance = {"command": " ".join(["python", "tools/table3.py", *(argv or sys.argv[1:])])}
+        provenance["commit"] = args.commit or _commit()
+        written = run_sweep(
+            profile,
+            out,
+            work,
+            src=args.src,
+            tgt=args.tgt,
+            only=args.only,
+            max_steps=args.max_steps,
+            data_dir=args.data_dir,
+            device=args.device,
+            budget_s=args.budget_s,
+            provenance=provenance,
+            progress=not args.quiet,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    import json
+
+    from transformer_lib.variations import (
+        MANIFEST_FILE,
+        read_results,
+        select_variants,
+        sweep_variants,
+    )
+
+    tokenizer, _ = sweep_tokenizer(profile, work, args.src, args.tgt, data_dir=args.data_dir)
+    wanted = select_variants(
+        sweep_variants(profile, tokenizer.vocab_size, args.max_steps), args.only
+    )
+    done = {record["name"] for record in read_results(out)}
+    left = [v.name for v in wanted if v.name not in done]
+    print(
+        f"{len(written)} variant(s) run now; {len(wanted) - len(left)} of {len(wanted)} done in {out}"
+    )
+    print("sweep complete" if not left else f"left: {' '.join(left)}")
+    failed = json.loads((out / MANIFEST_FILE).read_text())["invocations"][-1]["failed"]
+    for name, message in failed.items():
+        print(f"failed: {name}: {message}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
