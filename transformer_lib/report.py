@@ -91,7 +91,9 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
     tgt = torch.tensor([read], device=device)  # (1, T)
     maps = attention_maps(model, src, tgt)
     weights = {
-        kind: maps[kind][:, 0].float().cpu().round(decimals=3).tolist() for kind in KINDS
+        # Rounded in float64, whose nearest value to 0.123 prints as 0.123 (float32's does not).
+        kind: maps[kind][:, 0].double().cpu().round(decimals=3).tolist()
+        for kind in KINDS
     }  # each (N, h, L_q, L_k)
     return {
         "source": source,
@@ -103,7 +105,7 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
     }
 
 
-# %% book/real_run.md:257 (cell 12)
+# %% book/real_run.md:259 (cell 12)
 def device_name(device: str | torch.device) -> str:
     """The GPU's name, or the CPU's with the number of threads PyTorch uses."""
     device = torch.device(device)
@@ -273,7 +275,7 @@ def write_report(
     return bleu
 
 
-# %% book/real_run.md:431 (cell 14)
+# %% book/real_run.md:433 (cell 14)
 def read_report(folder: Path) -> dict:
     """The files of a report folder, parsed: ``config``, ``metrics`` (a list of records),
     ``bleu``, ``samples`` (Markdown text), ``attention``, ``manifest`` and ``hypotheses``
