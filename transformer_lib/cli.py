@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:115 (cell 6)
+# %% book/command_line.md:119 (cell 6)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -69,6 +69,9 @@ def add_train_command(commands) -> None:
     command.add_argument("--out", required=True, type=Path, help="the run folder")
     command.add_argument("--resume", action="store_true", help="continue from checkpoints/last.pt")
     command.add_argument("--max-steps", type=int, help="train to this many updates instead")
+    command.add_argument(
+        "--time-limit", type=float, help="stop after this many seconds, ready for --resume"
+    )
     command.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
     command.add_argument("--quiet", action="store_true", help="no progress bar")
     command.set_defaults(run=run_train)
@@ -82,6 +85,8 @@ def run_train(args: argparse.Namespace) -> int:
     from transformer_lib.training import train_translation
 
     _check_data_dir(args.data_dir)
+    if args.time_limit is not None and not args.time_limit >= 0:
+        raise UsageError(f"--time-limit must be a number of seconds, got {args.time_limit}")
     device = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized():
         if torch.cuda.is_available():
@@ -97,6 +102,7 @@ def run_train(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
             resume=args.resume,
             max_steps=args.max_steps,
+            time_limit=args.time_limit,
             device=device,
             progress=not args.quiet,
         )
@@ -106,10 +112,12 @@ def run_train(args: argparse.Namespace) -> int:
     valid = summary["valid"]
     result = f"; validation loss {valid['loss']:.3f}" if valid else ""
     print(f"trained to step {summary['step']} in {summary['wall_s']:.0f} s{result}: {args.out}")
+    if not summary["finished"]:
+        print(f"stopped by --time-limit before the last step: add --resume to continue {args.out}")
     return 0
 
 
-# %% book/command_line.md:197 (cell 10)
+# %% book/command_line.md:209 (cell 10)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -131,7 +139,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:264 (cell 14)
+# %% book/command_line.md:276 (cell 14)
 def _add_search_options(command) -> None:
     command.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint to use")
     command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
@@ -189,7 +197,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:355 (cell 18)
+# %% book/command_line.md:367 (cell 18)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

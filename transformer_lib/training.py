@@ -263,7 +263,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-# %% book/training.md:497 (cell 25)
+# %% book/training.md:502 (cell 25)
 def train(
     model: nn.Module,
     batches: Callable[[int], Sequence],
@@ -277,6 +277,7 @@ def train(
     metadata: dict | None = None,
     attachments: dict | None = None,
     resume: bool = False,
+    time_limit: float | None = None,
     device: str | torch.device | None = None,
     progress: bool = True,
 ) -> dict:
@@ -289,7 +290,10 @@ def train(
     checkpoint as they are (e.g. the tokenizer, so that a checkpoint alone can translate); they
     must be what ``weights_only`` loading accepts. With ``resume`` the run continues from ``checkpoints/last.pt`` and reaches
     the same weights, bit for bit, as a run that never stopped. Under ``torchrun`` the model is
-    wrapped in DistributedDataParallel; rank 0 alone writes files.
+    wrapped in DistributedDataParallel; rank 0 alone writes files. ``time_limit`` (seconds of this
+    call) ends the call early, after a whole update and with ``checkpoints/last.pt`` written, so a
+    run can be split over jobs of limited length; the summary's ``finished`` says whether it got
+    to ``max_steps``.
     """
     rank, world = _distributed()
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -360,6 +364,7 @@ def train(
     model.train()
     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
     last_valid = None
+    called = time.perf_counter()
     try:
         while step < config.max_steps:
             started = time.perf_counter()
@@ -419,7 +424,14 @@ def train(
             every = config.validate_every
             if (every is None and epoch_ended) or (every is not None and step % every == 0):
                 last_valid = validate() or last_valid
-            if step % config.checkpoint_every == 0 or step == config.max_steps:
+            regular = step % config.checkpoint_every == 0 or step == config.max_steps
+            out_of_time = False
+            if time_limit is not None:  # every process stops after the same update
+                late = time.perf_counter() - called >= time_limit
+                if world > 1:
+                    late = _all_reduce(torch.tensor(float(late), device=device)).item() > 0
+                out_of_time = late
+            if regular or out_of_time:
                 rngs = [rng_state()]
                 if world > 1:
                     rngs = [None] * world
@@ -436,15 +448,21 @@ def train(
                         "wall": wall,
                         **(attachments or {}),
                     }
-                    _write_checkpoint(state, folder, config.keep_checkpoints)
+                    if regular:
+                        _write_checkpoint(state, folder, config.keep_checkpoints)
+                    else:  # only last.pt: the step-N files stay the regular ones averaging uses
+                        save_checkpoint(state, folder / "last.pt")
+            if out_of_time and step < config.max_steps:
+                break
     finally:
         bar.close()
         if metrics is not None:
             metrics.close()
-    return {"step": step, "epoch": epoch, "wall_s": wall, "valid": last_valid}
+    finished = step >= config.max_steps
+    return {"step": step, "epoch": epoch, "wall_s": wall, "valid": last_valid, "finished": finished}
 
 
-# %% book/training.md:699 (cell 27)
+# %% book/training.md:725 (cell 27)
 from transformer_lib.data import (
     PAD_ID,
     VOCAB_SIZE,
@@ -484,10 +502,13 @@ PROFILES = {
         vocab_size=2000,  # on a CPU the projection onto the vocabulary dominates the cost
     ),
     "full": Profile(
-        model=TransformerConfig(VOCAB_SIZE, VOCAB_SIZE, dropout=0.3),
+        model=TransformerConfig(
+            VOCAB_SIZE, VOCAB_SIZE, d_model=256, d_ff=1024, n_heads=4, n_layers=4, dropout=0.3
+        ),
         training=TrainingConfig(
             max_steps=8000,
             warmup_steps=1000,
+            lr_scale=0.5,  # formula (3) peaks at 2.0e-3 for d_model 256 and 1000 warm-up steps
             max_tokens=8192,
             log_every=50,
             checkpoint_every=250,
@@ -517,13 +538,15 @@ def train_translation(
     data_dir: Path | None = None,
     resume: bool = False,
     max_steps: int | None = None,
+    time_limit: float | None = None,
     device: str | torch.device | None = None,
     progress: bool = True,
 ) -> dict:
     """Train a ``src`` -> ``tgt`` model on Multi30k with a profile (``"ci"``, ``"full"``) into ``out``.
 
     ``out`` receives ``config.json``, ``metrics.jsonl``, ``tokenizer.json`` and ``checkpoints/``.
-    With ``resume`` the run continues from ``out/checkpoints/last.pt``. Returns train()'s summary.
+    With ``resume`` the run continues from ``out/checkpoints/last.pt``; ``time_limit`` (seconds)
+    stops this call early with a checkpoint to resume from. Returns train()'s summary.
     """
     if isinstance(profile, str):
         if profile not in PROFILES:
@@ -586,12 +609,13 @@ def train_translation(
         metadata=metadata,
         attachments={"tokenizer": tokenizer.to_json()},
         resume=resume,
+        time_limit=time_limit,
         device=device,
         progress=progress,
     )
 
 
-# %% book/training.md:857 (cell 29)
+# %% book/training.md:889 (cell 29)
 import fcntl
 import hashlib
 

@@ -1,0 +1,266 @@
+"""The real run (the chapter "The real run"): a clean stop at a time limit that resumes exactly, the
+script end to end at the `ci` profile (stop, resume, report), and the check that every report's
+bleu.json is what sacreBLEU computes from its hypotheses and the references."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sacrebleu
+import torch
+from toy_seq2seq import ToyModel, toy_batches
+
+from transformer_lib import training
+from transformer_lib.data import multi30k_file
+from transformer_lib.report import REPORT_FILES, TEST_SPLITS, read_report
+from transformer_lib.training import TrainingConfig, load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = sorted((ROOT / "results").glob("multi30k-*"))
+
+# ---------------------------------------------------------------- training stops at a time limit
+
+
+def toy_run(folder: Path, time_limit: float | None, resume: bool) -> tuple[ToyModel, dict]:
+    config = TrainingConfig(
+        max_steps=12, warmup_steps=4, log_every=3, checkpoint_every=5, keep_checkpoints=5
+    )
+    torch.manual_seed(0)
+    model = ToyModel()
+    summary = training.train(
+        model,
+        toy_batches,
+        config,
+        folder,
+        d_model=model.d_model,
+        pad_id=0,
+        model_config=model.config,
+        resume=resume,
+        time_limit=time_limit,
+        device="cpu",
+        progress=False,
+    )
+    return model, summary
+
+
+def test_a_time_limit_stops_after_each_update_and_resuming_is_exact(tmp_path):
+    straight, summary = toy_run(tmp_path / "straight", None, resume=False)
+    assert summary["finished"] and summary["step"] == 12
+    # A limit of 0 s stops after every update: 12 commands of one update each.
+    steps = []
+    for call in range(12):
+        model, summary = toy_run(tmp_path / "stopped", 0.0, resume=call > 0)
+        steps.append(summary["step"])
+        assert summary["finished"] == (call == 11)
+    assert steps == list(range(1, 13))
+    for (name, a), (_, b) in zip(
+        straight.state_dict().items(), model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    # The stops wrote last.pt only: the step files that averaging reads are the regular ones.
+    names = sorted(p.name for p in (tmp_path / "stopped/checkpoints").iterdir())
+    assert names == ["last.pt", "step-10.pt", "step-12.pt", "step-5.pt"]
+    assert load_checkpoint(tmp_path / "stopped/checkpoints/last.pt")["step"] == 12
+
+
+# ---------------------------------------------------------------- the script, end to end (ci)
+
+
+def script(*options: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "real_run.py"), *options],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def tiny_options(tmp: Path, *extra: str) -> list[str]:
+    return [
+        "--profile", "ci", "--src", "de", "--tgt", "en",
+        "--work", str(tmp / "work"), "--results", str(tmp / "report"),
+        "--max-steps", "3", "--limit", "4", "--quiet", *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory) -> Path:
+    """A report written by the script for a `ci` run of 3 updates, made in two commands."""
+    tmp = tmp_path_factory.mktemp("real-run")
+    first = script(*tiny_options(tmp, "--time-limit", "0"))
+    assert first.returncode == 0, first.stderr
+    assert "run the same command again" in first.stdout
+    assert not (tmp / "report").exists()  # no report before training is complete
+    assert load_checkpoint(tmp / "work/checkpoints/last.pt")["step"] == 1
+    second = script(*tiny_options(tmp))
+    assert second.returncode == 0, second.stderr
+    assert "report written" in second.stdout
+    return tmp / "report"
+
+
+@pytest.mark.slow
+def test_the_script_writes_every_artifact(tiny_report):
+    report = read_report(tiny_report)  # raises when a file is missing or short
+    names = {p.name for p in tiny_report.iterdir()}
+    assert set(REPORT_FILES) <= names
+    assert {f"hyp.{split}.en.txt" for split in TEST_SPLITS} <= names
+    assert not any(name.endswith(".pt") for name in names)  # weights stay in the work folder
+    bleu = report["bleu"]
+    assert list(bleu["splits"]) == list(TEST_SPLITS)
+    assert (bleu["beam_size"], bleu["alpha"], bleu["limit"]) == (4, 0.6, 4)
+    assert bleu["averaged_steps"] == [3]  # the time-limit stop at 1 wrote no step file
+    for entry in bleu["splits"].values():
+        assert entry["sentences"] == 4
+        assert "tok:13a" in entry["bleu_signature"] and "case:mixed" in entry["bleu_signature"]
+    assert "case:lc" in bleu["splits"]["test_2016_flickr"]["lowercase"]["bleu_signature"]
+    assert report["config"]["run"] == {
+        "data": "multi30k",
+        "src": "de",
+        "tgt": "en",
+        "profile": "ci",
+    }
+    assert report["metrics"][-1]["step"] == 3
+    manifest = report["manifest"]
+    assert len(manifest["commands"]) == 2 and all("real_run.py" in c for c in manifest["commands"])
+    assert "--resume" in manifest["train_commands"][1]
+    assert manifest["training"]["steps"] == 3 and manifest["training"]["target_tokens_per_s"] > 0
+    assert manifest["versions"]["sacrebleu"] == sacrebleu.__version__
+    assert manifest["versions"]["torch"] == torch.__version__
+    assert manifest["device"].startswith("CPU") and manifest["wall_s_all_commands"] > 0
+    assert len(manifest["git_commit"] or "") == 40 or manifest["git_source"] == "environment"
+    sources = [
+        line.split("source: ", 1)[1]
+        for line in report["samples"].splitlines()
+        if "source: " in line
+    ]
+    assert sources == [source for source, _ in references("test_2016_flickr", "de", "en")[:4]]
+
+
+@pytest.mark.slow
+def test_attention_labels_fit_the_model_that_wrote_them(tiny_report):
+    """The stored weights equal those read straight off the averaged model's modules, with the
+    decoder fed <s> + translation; the labels spell the source and the translation."""
+    from transformer_lib.data import BOS_ID, EOS_ID
+    from transformer_lib.evaluation import load_translator
+
+    attention = read_report(tiny_report)["attention"]
+    assert len(attention["sentences"]) == 3
+    model, tokenizer, _ = load_translator(tiny_report.parent / "work/average.pt")
+    for sentence in attention["sentences"]:
+        src = tokenizer.encode(sentence["source"]) + [EOS_ID]
+        out = tokenizer.encode(sentence["translation"]) + [EOS_ID]
+        with torch.no_grad():
+            memory = model.encode(torch.tensor([src]))
+            model.decode(torch.tensor([[BOS_ID] + out[:-1]]), memory, need_weights=True)
+        cross = torch.stack([layer.cross_attn.weights[0] for layer in model.decoder.layers])
+        stored = torch.tensor(sentence["weights"]["cross"])  # (N, h, T, S)
+        assert stored.shape == cross.shape == (2, 4, len(out), len(src))
+        assert torch.allclose(stored, cross, atol=6e-4)
+        assert "".join(sentence["source_tokens"][:-1]) == sentence["source"].replace(" ", "")
+        assert sentence["source_tokens"][-1] == "</s>"
+        assert "".join(sentence["predicted_tokens"][:-1]) == sentence["translation"].replace(
+            " ", ""
+        )
+        assert sentence["decoder_input_tokens"] == ["<s>"] + sentence["predicted_tokens"][:-1]
+        decoder = torch.tensor(sentence["weights"]["decoder"])  # (N, h, T, T), causal
+        assert decoder.triu(diagonal=1).abs().max() == 0
+        # Each weight is rounded to 3 decimals: a row of T of them sums to 1 within T * 0.0005.
+        assert torch.allclose(decoder.sum(-1), torch.ones(()), atol=5e-4 * len(out))
+
+
+@pytest.mark.slow
+def test_running_again_after_the_report_rewrites_it_without_training(tiny_report, tmp_path):
+    tmp = tiny_report.parent
+    again = script(*tiny_options(tmp))
+    assert again.returncode == 0, again.stderr
+    assert "trained to step" not in again.stdout  # nothing left to train
+    assert read_report(tiny_report)["manifest"]["commands"][-1].count("--time-limit") == 0
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--results", "results/multi30k-de-en"], "reserved for complete runs"),
+        (["--tgt", "de"], "both 'de'"),
+        (["--data-dir", "/no/such/folder"], "is not a folder"),
+        (["--max-steps", "0"], "at least 1"),
+        (["--time-limit", "-1"], "number of seconds"),
+    ],
+)
+def test_usage_errors_are_one_line_and_status_2(tmp_path, options, message):
+    base = ["--profile", "ci", "--src", "de", "--tgt", "en", "--work", str(tmp_path / "w")]
+    base += ["--results", str(tmp_path / "r")]
+    result = script(*base, *options)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "w").exists()  # refused before anything was written
+
+
+# ---------------------------------------------------------------- bleu.json against sacreBLEU
+
+
+def references(split: str, src: str, tgt: str) -> list[tuple[str, str]]:
+    """The test pairs read straight from the gzipped files (the library only finds them)."""
+
+    def lines(language: str) -> list[str]:
+        with gzip.open(multi30k_file(split, language), "rt", encoding="utf-8") as file:
+            return file.read().splitlines()
+
+    return list(zip(lines(src), lines(tgt), strict=True))
+
+
+def bleu_problems(folder: Path) -> list[str]:
+    """Where ``folder/bleu.json`` differs from sacreBLEU recomputed from its hypotheses."""
+    bleu = json.loads((folder / "bleu.json").read_text())
+    problems = []
+    for split, entry in bleu["splits"].items():
+        hypotheses = (folder / entry["hypotheses"]).read_text().splitlines()
+        refs = [tgt for _, tgt in references(split, bleu["src"], bleu["tgt"])]
+        if bleu.get("limit") is None and len(hypotheses) != len(refs):
+            problems.append(f"{split}: {len(hypotheses)} hypotheses for {len(refs)} references")
+        refs = refs[: len(hypotheses)]
+        metrics = {"bleu": sacrebleu.BLEU(), "chrf": sacrebleu.CHRF()}
+        stored = {"bleu": entry, "chrf": entry}
+        if "lowercase" in entry:
+            metrics["lowercase"] = sacrebleu.BLEU(lowercase=True)
+            stored["lowercase"] = entry["lowercase"]
+        for key, metric in metrics.items():
+            score = metric.corpus_score(hypotheses, [refs]).score
+            field = "chrf" if key == "chrf" else "bleu"
+            if abs(score - stored[key][field]) > 1e-9:
+                problems.append(f"{split} {key}: bleu.json {stored[key][field]}, sacreBLEU {score}")
+            if str(metric.get_signature()) != stored[key][f"{field}_signature"]:
+                problems.append(f"{split} {key}: signature {stored[key][f'{field}_signature']}")
+    if bleu["src"] == "de" and bleu["tgt"] == "en" and "test_2016_flickr" not in bleu["splits"]:
+        problems.append("test_2016_flickr is missing")
+    return problems
+
+
+@pytest.mark.slow
+def test_the_checker_accepts_the_tiny_report_and_catches_a_changed_one(tiny_report, tmp_path):
+    assert bleu_problems(tiny_report) == []
+    changed = tmp_path / "changed"
+    shutil.copytree(tiny_report, changed)
+    path = changed / "hyp.test_2017_mscoco.en.txt"
+    lines = path.read_text().splitlines()
+    lines[0] = references("test_2017_mscoco", "de", "en")[0][1]  # a perfect first translation
+    path.write_text("\n".join(lines) + "\n")
+    problems = bleu_problems(changed)
+    assert problems and all(p.startswith("test_2017_mscoco") for p in problems)
+
+
+@pytest.mark.parametrize("folder", RECORDED, ids=[folder.name for folder in RECORDED])
+def test_recorded_runs_agree_with_sacrebleu(folder):
+    report = read_report(folder)  # complete, hypotheses as long as scored
+    assert bleu_problems(folder) == []
+    assert report["bleu"]["limit"] is None and list(report["bleu"]["splits"]) == list(TEST_SPLITS)
+    assert report["config"]["run"]["profile"] == "full"
+    assert report["manifest"]["git_commit"], "a recorded run names the commit that made it"

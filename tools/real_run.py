@@ -1,0 +1,193 @@
+"""Make the book's real run: train, average the last 5 checkpoints, evaluate as §6.1, report.
+
+    python tools/real_run.py --profile full --src de --tgt en \\
+        --work runs/full-de-en --results results/multi30k-de-en [--time-limit 420]
+
+Training runs as ``python -m transformer_lib train`` into the work folder (weights and checkpoints
+stay there). Run the same command again to continue: training resumes from the work folder's last
+checkpoint, and once it has reached its last update the command averages, evaluates every test
+set and writes the report (the files the chapter "The real run" reads) into the results folder.
+``--time-limit`` bounds the training part of one command, for machines that take commands of a
+fixed length. Exit status: 0 when the report is written or training stopped at its time limit
+(the last line says which), 2 for a usage error, the trainer's status if training failed.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
+
+RESERVED = "multi30k-"  # results/multi30k-*: complete `full` runs only
+
+
+class UsageError(ValueError):
+    """A mistake in the options: one line on standard error, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python tools/real_run.py",
+        description="Train a Multi30k model, average its last checkpoints, evaluate it on every "
+        "test set (beam 4, alpha 0.6) and write the report of the chapter 'The real run'.",
+    )
+    parser.add_argument("--profile", required=True, choices=["ci", "full"], help="run size")
+    parser.add_argument("--src", required=True, choices=["de", "en"], help="source language")
+    parser.add_argument("--tgt", required=True, choices=["de", "en"], help="target language")
+    parser.add_argument("--work", required=True, type=Path, help="run folder (checkpoints)")
+    parser.add_argument("--results", required=True, type=Path, help="report folder to write")
+    parser.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
+    parser.add_argument("--max-steps", type=int, help="train to this many updates (tests)")
+    parser.add_argument("--time-limit", type=float, help="seconds of training in this command")
+    parser.add_argument("--limit", type=int, help="evaluate only the first N test sentences")
+    parser.add_argument("--average", type=int, default=5, help="checkpoints to average (5)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when present)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
+def check(args: argparse.Namespace) -> None:
+    if args.src == args.tgt:
+        raise UsageError(f"--src and --tgt are both {args.src!r}: choose two languages")
+    for name in ("max_steps", "limit", "average", "batch_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.time_limit is not None and not args.time_limit >= 0:
+        raise UsageError(f"--time-limit must be a number of seconds, got {args.time_limit}")
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        raise UsageError(f"--data-dir {args.data_dir} is not a folder")
+    shortened = args.profile != "full" or args.max_steps is not None or args.limit is not None
+    if args.results.name.startswith(RESERVED) and shortened:
+        raise UsageError(
+            f"{args.results} is reserved for complete runs of the full profile (no --max-steps, "
+            "no --limit): write other runs elsewhere, e.g. under runs/"
+        )
+    if args.results.resolve() == args.work.resolve():
+        raise UsageError("--results and --work must be different folders")
+
+
+def git_commit() -> dict:
+    """The commit of this checkout and whether it had changes; from $TRANSFORMER_LIB_COMMIT when
+    the copy has no git history (as on a machine that received only the working tree)."""
+
+    def git(*command: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *command], cwd=ROOT, capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"git_commit": os.environ.get("TRANSFORMER_LIB_COMMIT"), "git_source": "environment"}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit, "git_dirty": bool(status), "git_source": "git"}
+
+
+def trained_steps(work: Path) -> int:
+    from transformer_lib.training import load_checkpoint
+
+    last = work / "checkpoints" / "last.pt"
+    return int(load_checkpoint(last)["step"]) if last.is_file() else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    started, started_at = time.perf_counter(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    this_command = shlex.join(
+        ["python", "tools/real_run.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    try:
+        check(args)
+        from transformer_lib.training import PROFILES
+
+        target = args.max_steps or PROFILES[args.profile].training.max_steps
+        args.work.mkdir(parents=True, exist_ok=True)
+        log_path = args.work / "real_run.jsonl"  # every command this run took, for the manifest
+        entry = {"command": this_command, "started": started_at}
+
+        steps = trained_steps(args.work)
+        if steps < target:
+            train = [sys.executable, "-m", "transformer_lib", "train", "--profile", args.profile]
+            train += ["--src", args.src, "--tgt", args.tgt, "--out", str(args.work)]
+            train += ["--resume"] if steps > 0 else []
+            train += ["--max-steps", str(args.max_steps)] if args.max_steps else []
+            train += ["--time-limit", str(args.time_limit)] if args.time_limit is not None else []
+            train += ["--data-dir", str(args.data_dir)] if args.data_dir else []
+            train += ["--quiet"] if args.quiet else []
+            entry["train_command"] = shlex.join(["python", *train[1:]])
+            env = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            }
+            done = subprocess.run(train, env=env)
+            if done.returncode != 0:
+                return done.returncode
+            steps = trained_steps(args.work)
+        entry["trained_to"] = steps
+        if steps < target:
+            entry["wall_s"] = round(time.perf_counter() - started, 1)
+            with open(log_path, "a") as log:
+                log.write(json.dumps(entry) + "\n")
+            print(f"training stopped at update {steps} of {target}: run the same command again")
+            return 0
+
+        from transformer_lib.report import write_report
+
+        entry["report"] = str(args.results)
+        entry["wall_s"] = None  # filled in below, once the report is written
+        history = (
+            [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.is_file() else []
+        )
+        manifest = {
+            **git_commit(),
+            "profile": args.profile,
+            "commands": [e["command"] for e in history] + [this_command],
+            "train_commands": [
+                e["train_command"] for e in history + [entry] if "train_command" in e
+            ],
+            "command_log": history,
+        }
+        bleu = write_report(
+            args.work,
+            args.results,
+            data_dir=args.data_dir,
+            average=args.average,
+            batch_size=args.batch_size,
+            limit=args.limit,
+            device=args.device,
+            manifest=manifest,
+            progress=not args.quiet,
+        )
+        entry["wall_s"] = round(time.perf_counter() - started, 1)
+        with open(log_path, "a") as log:
+            log.write(json.dumps(entry) + "\n")
+        # The wall time of every command, this one included, now that it is known.
+        from transformer_lib.evaluation import write_text_atomically
+
+        path = args.results / "manifest.json"
+        record = json.loads(path.read_text())
+        record["command_log"] = history + [entry]
+        record["wall_s_all_commands"] = round(sum(e["wall_s"] for e in history + [entry]), 1)
+        write_text_atomically(path, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    except (ValueError, FileNotFoundError) as err:  # UsageError and the library's own errors
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for split, scores in bleu["splits"].items():
+        print(f"{split}: BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}")
+    print(f"report written to {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
