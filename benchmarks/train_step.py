@@ -436,6 +436,9 @@ def main() -> None:
         help="time torch.compile too (auto: on CUDA only; compiling on a CPU takes minutes)",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the GPU memory figures")
+    parser.add_argument(
+        "--no-tricks", action="store_true", help="time ours and the peer only, no speed-ups"
+    )
     args = parser.parse_args()
     device = common.setup(parser, args)
     size = SIZES[args.size]
@@ -460,6 +463,7 @@ def main() -> None:
         args.rounds,
         compile_models=compile_models,
         memory=not args.no_memory,
+        only=["nn.Transformer as it comes"] if args.no_tricks else None,
     )
     results["comparisons"] = report(results, device)
     results["data"] = args.data
