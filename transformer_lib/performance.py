@@ -5,7 +5,6 @@
 # %% book/performance.md:112 (cell 4)
 """Performance arithmetic: the FLOPs of a training step and the peak rates of accelerators."""
 
-
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -39,7 +38,7 @@ def training_flops(
     return 3 * forward_flops(config, src_lengths, tgt_lengths)
 
 
-# %% book/performance.md:204 (cell 10)
+# %% book/performance.md:203 (cell 10)
 @dataclass(frozen=True)
 class Peak:
     """An accelerator's peak rate of dense bf16 matrix products, and where the number is from."""
