@@ -20,6 +20,7 @@ Run: ``python benchmarks/train_step.py`` (CPU, small model; ``make bench`` runs 
 """
 
 import argparse
+import gc
 import os
 import statistics
 from collections.abc import Callable, Sequence
@@ -235,7 +236,8 @@ def largest_budget(
     make_model: Callable[[], nn.Module], config: TransformerConfig, length: int, device
 ) -> int:
     """The largest token budget (pairs x ``length`` per side) one bf16 training step fits in,
-    within 5%: doubling from 8,192 tokens until the GPU runs out of memory, then bisecting."""
+    within 5%: doubling from 8,192 tokens until the GPU runs out of memory, then bisecting.
+    Stops at 4M tokens (a small model may fit more; the figure is then a lower bound)."""
 
     def fits(tokens: int) -> bool:
         generator = torch.Generator().manual_seed(0)
@@ -249,14 +251,22 @@ def largest_budget(
             return False
         finally:
             del model
+            gc.collect()  # the failed step's tensors, before the next probe allocates
             torch.cuda.empty_cache()
 
-    low, high = 0, 8192
+    return search_largest(fits)
+
+
+def search_largest(fits: Callable[[int], bool], start: int = 8192, cap: int = 2**22) -> int:
+    """The largest n with ``fits(n)``, within 5%, for a ``fits`` true up to some threshold:
+    double from ``start``, then bisect. Returns ``cap`` if that fits (the base model fits far
+    fewer tokens on an 80 GB GPU), 0 if nothing does."""
+    low, high = 0, start
     while fits(high):
         low, high = high, high * 2
-        if high > 2**24:  # 16M tokens: far beyond any GPU we expect; stop rather than loop
+        if low >= cap:
             return low
-    while high - low > 0.05 * high:
+    while high - low > max(1, 0.05 * high):
         middle = (low + high) // 2
         low, high = (middle, high) if fits(middle) else (low, middle)
     return low
@@ -324,6 +334,11 @@ def measure(
         for trick, w, wo in tricks
     ]
     if memory and device.type == "cuda":
+        # The timed candidates hold their weights and Adam states on the GPU: free them first, so
+        # that the memory figures see one model at a time.
+        del functions, chosen, everything, eager
+        gc.collect()
+        torch.cuda.empty_cache()
         results["memory"] = memory_figures(ours, size, by_length, device)
     return results
 

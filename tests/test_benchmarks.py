@@ -147,6 +147,20 @@ def test_train_step_measures_every_candidate_on_random_batches():
     }
 
 
+@pytest.mark.parametrize("threshold", [0, 5000, 8192, 100_000, 3_000_000, 10**9])
+def test_search_for_the_largest_budget(threshold):
+    """The search the GPU run uses to find the largest token budget that fits in memory."""
+    probes = []
+
+    def fits(tokens):
+        probes.append(tokens)
+        return tokens <= threshold
+
+    found = train_step.search_largest(fits, start=8192, cap=2**22)
+    assert found <= threshold and fits(found) or found == 0
+    assert found >= 0.95 * min(threshold, 2**22) and len(probes) < 40
+
+
 def test_scaling_reports_the_formulas_crossover():
     config, *_ = small_models()
     results = scaling.measure(
