@@ -324,6 +324,7 @@ def measure(
             "model_flops_per_s": flops / median,
             "bf16": cand.bf16,
             "adam": cand.adam,
+            "timings_s": times[name],
         }
         if peak is not None and cand.bf16:
             figures["mfu"] = flops / median / peak.flops
@@ -391,6 +392,14 @@ def report(results: dict, device: torch.device) -> list[dict]:
             "tokens/s",
         )
     ]
+    # Both trained on the same batches, one after the other, in every round: the ratio within a
+    # round is the least disturbed by load that changes from round to round.
+    rounds = [p / o for o, p in zip(*(figures[n]["timings_s"] for n in ("ours", "nn.Transformer")))]
+    lines[0]["round_ratios"] = rounds
+    print(
+        f"  {'  the same, round by round':46} median ratio {statistics.median(rounds):.2f}, "
+        f"from {min(rounds):.2f} to {max(rounds):.2f} over {len(rounds)} rounds"
+    )
     if "mfu" in figures["ours"]:
         lines.append(
             common.compare(
