@@ -394,7 +394,8 @@ def report(results: dict, device: torch.device) -> list[dict]:
     ]
     # Both trained on the same batches, one after the other, in every round: the ratio within a
     # round is the least disturbed by load that changes from round to round.
-    rounds = [p / o for o, p in zip(*(figures[n]["timings_s"] for n in ("ours", "nn.Transformer")))]
+    ours_s, peer_s = figures["ours"]["timings_s"], figures["nn.Transformer"]["timings_s"]
+    rounds = [p / o for o, p in zip(ours_s, peer_s, strict=True)]
     lines[0]["round_ratios"] = rounds
     print(
         f"  {'  the same, round by round':46} median ratio {statistics.median(rounds):.2f}, "
