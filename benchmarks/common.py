@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser, sizes: tuple[str, ...] = ("sm
         default=None,
         help="folder for the JSON result (default results/perf-<device>/)",
     )
+    parser.add_argument(
+        "--name", default=None, help="the JSON file's name (default: the benchmark's own)"
+    )
     parser.add_argument("--no-save", action="store_true", help="print only, write no file")
 
 
@@ -71,6 +74,8 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> torch.de
         parser.error(f"--threads must be at least 1, got {args.threads}")
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.name is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", args.name):
+        parser.error(f"--name {args.name!r}: use letters, digits, '_' and '-' only")
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out} exists and is not a folder")
     torch.set_num_threads(args.threads)
@@ -196,7 +201,7 @@ def save(args: argparse.Namespace, device: torch.device, name: str, results: dic
         return None
     folder = args.out or ROOT / "results" / f"perf-{device_slug(device)}"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.json"
+    path = folder / f"{args.name or name}.json"
     text = json.dumps({"manifest": manifest(device), "results": results}, indent=1) + "\n"
     write_text_atomically(path, text)
     print(f"wrote {path}")

@@ -298,7 +298,10 @@ def measure(
     functions = {
         name: cand.step_function(device, size.model.d_model) for name, cand in chosen.items()
     }
-    times = common.time_in_turns(functions, rounds or size.rounds, warmup=1, device=device)
+    # Compiled models compile on the first batch, and again (for varying shapes) on the second:
+    # two untimed rounds keep compilation out of the timings.
+    warmup = 2 if compile_models else 1
+    times = common.time_in_turns(functions, rounds or size.rounds, warmup, device)
 
     peak = peak_for(common.device_name(device)) if device.type == "cuda" else None
     results: dict = {

@@ -6,9 +6,12 @@
 # Prepare, on the machine that holds the worktree (data/ is git-ignored):
 #   mkdir -p data && cp -r ../shared/data/multi30k data/
 # Then, through the device tool, from the repository root, in this order:
-#   1. bash tools/gpu/perf.sh check train_step     (~1 min check, then ~5 min; carry data/multi30k)
-#   2. bash tools/gpu/perf.sh scaling attention    (~2 min)
-#   3. bash tools/gpu/perf.sh decoding             (the decoding benchmark, when it takes --device)
+#   1. bash tools/gpu/perf.sh check train_step     (~1 min check, then ~3 min; carry data/multi30k)
+#   2. bash tools/gpu/perf.sh compile              (~5 min: compiling two base models dominates)
+#   3. bash tools/gpu/perf.sh scaling attention    (~2 min)
+#   4. bash tools/gpu/perf.sh decoding             (the decoding benchmark, once it takes --device)
+# The times are estimates: no GPU has run this yet. Each step stops itself before the tool's
+# 10 minutes; a step that overran leaves its log under $OUT/logs but no JSON.
 # Pass GIT_COMMIT=<commit> in front when the device's copy has no .git, so the manifests name it:
 #   GIT_COMMIT=$(git rev-parse HEAD) is evaluated here, then written literally into the command.
 # Everything lands under $OUT: results/perf-<gpu>/<benchmark>.json (copy that folder into the
@@ -24,7 +27,7 @@ export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:T
 PYTHON="${PYTHON:-python3}"
 
 if [ "$#" -eq 0 ]; then
-    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step scaling attention decoding)" >&2
+    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding)" >&2
     exit 2
 fi
 if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
@@ -59,7 +62,12 @@ for name in "$@"; do
                 --no-save
             ;;
         train_step)  # ours vs nn.Transformer, MFU, the speed-ups, memory, largest budget
-            step train_step 540 benchmarks/train_step.py --device cuda --size base --out "$results"
+            step train_step 540 benchmarks/train_step.py --device cuda --size base --compile no \
+                --out "$results"
+            ;;
+        compile)  # the same with torch.compile added (ours and the peer), without the memory
+            step compile 540 benchmarks/train_step.py --device cuda --size base --compile yes \
+                --no-memory --name train_step_compiled --out "$results"
             ;;
         scaling)  # time per token, lengths 16 to 1024, base model, bf16
             step scaling 300 benchmarks/scaling.py --device cuda --size base --out "$results"
@@ -71,7 +79,7 @@ for name in "$@"; do
             step decoding 300 benchmarks/decoding.py --device cuda --size base --out "$results"
             ;;
         *)
-            echo "unknown step $name: choose among check train_step scaling attention decoding" >&2
+            echo "unknown step $name: choose among check train_step compile scaling attention decoding" >&2
             exit 2
             ;;
     esac
