@@ -57,7 +57,7 @@ for name in "$@"; do
     case "$name" in
         check)  # every code path at a small size, in a minute, before spending minutes
             step check 240 benchmarks/train_step.py --device cuda --size small --rounds 1 \
-                --batches 2 --compile yes --no-save
+                --batches 2 --compile no --no-save
             step check-scaling 120 benchmarks/scaling.py --device cuda --size small --rounds 1 \
                 --no-save
             ;;
