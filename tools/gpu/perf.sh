@@ -22,6 +22,7 @@ set -euo pipefail
 export PYTHONPATH=.
 export TRANSFORMER_LIB_DATA="${TRANSFORMER_LIB_DATA:-data/multi30k}"
 export TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1  # the logs keep what a step printed even when its time limit ends it
 # After an out-of-memory probe, freed blocks are reused instead of fragmenting the next probe.
 export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
 PYTHON="${PYTHON:-python3}"
@@ -55,7 +56,7 @@ step() {
 
 for name in "$@"; do
     case "$name" in
-        check)  # every code path at a small size, in a minute, before spending minutes
+        check)  # every path but compilation, at a small size, before spending minutes
             step check 240 benchmarks/train_step.py --device cuda --size small --rounds 1 \
                 --batches 2 --compile no --no-save
             step check-scaling 120 benchmarks/scaling.py --device cuda --size small --rounds 1 \
