@@ -19,7 +19,7 @@ from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention, subsequent_mask
 
-SIZES = {"small": (32, 64, 512, 8, 15), "base": (64, 256, 512, 8, 30)}  # B, L, d, h, rounds
+SIZES = {"small": (32, 64, 512, 8, 10), "base": (64, 256, 512, 8, 30)}  # B, L, d, h, rounds
 
 
 def measure(batch: int, length: int, d_model: int, heads: int, rounds: int, device) -> dict:

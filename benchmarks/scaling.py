@@ -30,7 +30,7 @@ SIZES = {  # (model, tokens per batch and side, timed rounds)
     "small": (
         TransformerConfig(2000, 2000, d_model=256, d_ff=1024, n_heads=4, n_layers=3),
         2048,
-        3,
+        2,
     ),
     "base": (TransformerConfig.base(8000), 16384, 5),
 }
