@@ -72,8 +72,13 @@ lab: tangle
 notebooks: $(STAMP)
 	$(BIN)/jupytext --to ipynb book/*.md
 
+# Every benchmark prints our figure, a peer's measured in the same run, and their ratio, and writes
+# results/perf-<device>/<name>.json. On this CPU they take a few minutes; on a GPU:
+# make bench BENCH_ARGS="--device cuda --size base" (tools/gpu/perf.sh is the scripted session).
+BENCHMARKS := attention data train_step scaling decoding
 bench: tangle
-	@for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+	@for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py $(BENCH_ARGS)"; \
+	$(BIN)/python benchmarks/$$name.py $(BENCH_ARGS) || exit 1; done
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache

@@ -1,195 +1,503 @@
-"""Time one training step (forward, backward, Adam) of our Transformer against PyTorch's
-``nn.Transformer`` with the same sizes, on the CPU, in one run; print target tokens/s of each and
-the ratio ours / PyTorch's (at least 0.95 is the target).
+"""Time training steps (forward, backward, Adam update) of our Transformer against PyTorch's
+``nn.Transformer`` with the same sizes, embeddings, generator, optimizer, batches and precision,
+in one run; print target tokens/s of each and the ratio, the model FLOPs utilisation (MFU) of
+both, and the effect of each speed-up, one at a time, on our model. On a GPU, also the peak memory
+of a step against the peer's and the largest token budget that fits.
 
-Both models get the same scaled embeddings, sinusoidal positions and tied output projection (our
-``Embeddings`` and ``PositionalEncoding``), the same batch of random tokens with padding, the same
-label-smoothed loss and the same optimizer, so the only difference is the encoder and decoder
-stacks. ``nn.Transformer`` applies dropout in two places the paper does not (§5.4 puts it on each
-sub-layer's output and on the embedding sums only): on the attention weights and on the hidden
-activations of the feed-forward network. Both are extra work, so for the comparison they are
-switched off, leaving dropout exactly where ours has it; ``nn.Transformer`` as it comes is timed
-on a line of its own for reference. Masks are given in each library's sense: ours ``True`` = may
-attend, PyTorch's ``True`` = may *not* attend. Before timing, the two are checked to compute the
-same function (without dropout, on our weights).
+The batches are Multi30k's (a joint BPE vocabulary learned at the start, token-budget batches by
+length, as the training loop makes them); ``--data random`` uses random tokens instead. The FLOP
+count is the performance chapter's (``transformer_lib.performance``), over the real tokens of each
+batch, so padding counts as waste; the peak rate is the device's dense bf16 rate, with its source.
 
-It runs on one thread by default: on a shared two-core machine, a step on two threads waits
-whenever either thread is descheduled, and the timings spread over a factor of ten.
+The speed-ups, each measured against our default in the same rounds (a ratio above 1 = it helps):
+bf16 autocast (against float32), the fused Q/K/V projection (against three products),
+``scaled_dot_product_attention`` (against the written-out softmax), ``torch.compile``, Adam's
+fused and for-each kernels (against PyTorch's default on the device), batches by length (against
+batches filled in random order under the same budget) and padding widths to a multiple of 8.
 
-Run: ``.venv/bin/python benchmarks/train_step.py [--threads N]`` (``make bench`` runs every
-benchmark).
+Run: ``python benchmarks/train_step.py`` (CPU, small model; ``make bench`` runs every benchmark),
+``python benchmarks/train_step.py --device cuda --size base`` on a GPU.
 """
 
 import argparse
+import gc
+import os
 import statistics
-import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
 
+import common
+import peers
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from transformer_lib.attention import padding_mask, subsequent_mask
-from transformer_lib.data import PAD_ID
-from transformer_lib.model import Embeddings, PositionalEncoding, Transformer, TransformerConfig
+from transformer_lib.data import (
+    PAD_ID,
+    Batch,
+    BPETokenizer,
+    DataError,
+    collate,
+    encode_pairs,
+    load_multi30k,
+    plan_batches,
+)
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.performance import peak_for, training_flops
 from transformer_lib.training import label_smoothed_loss, make_optimizer
 
-CONFIG = TransformerConfig(
-    src_vocab_size=1000, tgt_vocab_size=1000, d_model=256, d_ff=1024, n_heads=4, n_layers=3
-)
-BATCH, LENGTH = 32, 32  # sequences per batch, longest sequence (rows are padded to it)
-WARMUP, REPEATS = 3, 10  # untimed steps per model, then timed steps per model (interleaved)
+
+@dataclass(frozen=True)
+class Size:
+    """How big a measurement is: the model, its batches, and how long to time it."""
+
+    model: TransformerConfig  # vocabulary sizes included: the BPE vocabulary is learned to match
+    max_tokens: int  # padded tokens per side and batch, as in TrainingConfig
+    batches: int  # batches per round: each candidate trains on all of them once per round
+    rounds: int  # timed rounds (after one untimed round)
 
 
-class TorchTransformer(nn.Module):
-    """``nn.Transformer`` between our embeddings and our tied generator (post-LN, ReLU)."""
+SIZES = {
+    "small": Size(
+        TransformerConfig(2000, 2000, d_model=256, d_ff=1024, n_heads=4, n_layers=3),
+        max_tokens=1024,
+        batches=3,
+        rounds=3,
+    ),
+    "base": Size(TransformerConfig.base(8000), max_tokens=25_000, batches=10, rounds=3),
+}
 
-    def __init__(self, c: TransformerConfig, paper_dropout: bool = True):
-        super().__init__()
-        self.config = c
-        self.embeddings = Embeddings(c.tgt_vocab_size, c.d_model)  # shared, as in ours (§3.4)
-        self.src_positions = PositionalEncoding(c.d_model, c.max_len, c.dropout)
-        self.tgt_positions = PositionalEncoding(c.d_model, c.max_len, c.dropout)
-        self.stacks = nn.Transformer(
-            c.d_model,
-            c.n_heads,
-            c.n_layers,
-            c.n_layers,
-            c.d_ff,
-            c.dropout,
-            activation="relu",
-            batch_first=True,
-            norm_first=False,
+
+def multi30k_batches(
+    config: TransformerConfig, max_tokens: int, count: int, data_dir: Path | None = None
+) -> tuple[list[Batch], list[Batch]]:
+    """``count`` batches of Multi30k train by length, and ``count`` filled in random order.
+
+    The BPE vocabulary is learned here with the model's vocabulary size (a second or two)."""
+    pairs_text = load_multi30k("train", "de", "en", data_dir)
+    bpe = BPETokenizer.train([s for pair in pairs_text for s in pair], config.tgt_vocab_size)
+    if bpe.vocab_size != config.tgt_vocab_size:
+        raise DataError(f"the BPE vocabulary has {bpe.vocab_size} symbols, not the model's")
+    pairs = encode_pairs(bpe, pairs_text, max_len=128)  # as the training profiles do
+    lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
+    chosen = []
+    for by_length in (True, False):
+        plan = plan_batches(lengths, max_tokens, seed=0, epoch=0, by_length=by_length)
+        chosen.append([collate([pairs[i] for i in batch]) for batch in plan[:count]])
+    return chosen[0], chosen[1]
+
+
+def random_batches(config: TransformerConfig, max_tokens: int, count: int):
+    """Stand-ins without the data set: widths 16 to 64, random lengths, the same token budget."""
+    generator = torch.Generator().manual_seed(0)
+    by_width, mixed = [], []
+    for _ in range(count):
+        width = int(torch.randint(16, 65, (1,), generator=generator))
+        # "By length": rows between 3/4 of the width and the width; "random": 4 to the width.
+        by_width.append(
+            peers.random_batch(config, max_tokens // width, width, generator, width * 3 // 4)
         )
-        # nn.Transformer ends each stack with a LayerNorm; the paper's post-LN model has none.
-        self.stacks.encoder.norm = nn.Identity()
-        self.stacks.decoder.norm = nn.Identity()
-        if paper_dropout:  # only on sub-layer outputs, as in ours: not inside attention or FFN
-            for layer in [*self.stacks.encoder.layers, *self.stacks.decoder.layers]:
-                layer.dropout = nn.Identity()  # between linear1 and linear2
-                layer.self_attn.dropout = 0.0  # on the attention weights
-                if hasattr(layer, "multihead_attn"):
-                    layer.multihead_attn.dropout = 0.0
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
-        self.generator.weight = self.embeddings.lookup.weight
+        mixed.append(peers.random_batch(config, max_tokens // width, width, generator, 4))
+    return by_width, mixed
 
-    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor, tgt_mask: Tensor) -> Tensor:
-        """Masks in our sense, converted here, at the boundary: PyTorch's True = not allowed."""
-        src_pad = ~src_mask[:, 0, 0]  # (B, S)
-        causal = ~subsequent_mask(tgt.shape[1], tgt.device)[0, 0]  # (T, T)
-        out = self.stacks(
-            self.src_positions(self.embeddings(src)),
-            self.tgt_positions(self.embeddings(tgt)),
-            tgt_mask=causal,
-            src_key_padding_mask=src_pad,
-            memory_key_padding_mask=src_pad,
-            tgt_key_padding_mask=tgt == PAD_ID,
-            tgt_is_causal=True,
+
+def real_lengths(batch: Batch) -> tuple[list[int], list[int]]:
+    """Each pair's source and target length without padding (with </s> and <s>)."""
+    return (batch.src != PAD_ID).sum(1).tolist(), (batch.tgt_out != PAD_ID).sum(1).tolist()
+
+
+@dataclass
+class Candidate:
+    """One way of training: a model, its batches, its precision and its Adam."""
+
+    model: nn.Module
+    batches: Sequence[Batch]
+    bf16: bool
+    adam: str = "default"  # default | loop | foreach | fused
+
+    def step_function(self, device: torch.device, d_model: int) -> Callable[[], None]:
+        """A function that trains on every batch once (one optimizer update per batch)."""
+        model = self.model.to(device).train()
+        fused = True if self.adam == "fused" else None
+        optimizer, scheduler = make_optimizer(model, d_model, warmup_steps=4000, fused=fused)
+        if self.adam in ("loop", "foreach"):
+            for group in optimizer.param_groups:
+                group["foreach"] = self.adam == "foreach"
+        batches = [batch.to(device) for batch in self.batches]
+        autocast = torch.autocast(device.type, torch.bfloat16) if self.bf16 else nullcontext()
+
+        def train_once() -> None:
+            for batch in batches:
+                with autocast:
+                    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+                loss, tokens = label_smoothed_loss(logits, batch.tgt_out, PAD_ID)
+                (loss / tokens).backward()
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+
+        return train_once
+
+
+def candidates(
+    ours: Transformer,
+    by_length: list[Batch],
+    unordered: list[Batch],
+    device: torch.device,
+    compile_models: bool,
+) -> tuple[dict[str, Candidate], list[tuple[str, str, str]]]:
+    """Every way of training to time, and the speed-ups as (trick, with, without) names."""
+    bf16 = device.type == "cuda"  # what the training loop does: bf16 autocast on CUDA only
+    peer = peers.TorchTransformer(ours.config)
+    peers.copy_weights(ours, peer)
+    as_is = peers.TorchTransformer(ours.config, paper_dropout=False)
+    peers.copy_weights(ours, as_is)
+    c = {
+        "ours": Candidate(ours, by_length, bf16),
+        "nn.Transformer": Candidate(peer, by_length, bf16),
+        "nn.Transformer as it comes": Candidate(as_is, by_length, bf16),
+        "ours, float32" if bf16 else "ours, bf16 autocast": Candidate(
+            peers.variant(ours), by_length, not bf16
+        ),
+        "ours, an identical copy": Candidate(peers.variant(ours), by_length, bf16),
+        "ours, separate Q/K/V": Candidate(
+            peers.variant(ours, separate_projections=True), by_length, bf16
+        ),
+        "ours, written-out attention": Candidate(
+            peers.variant(ours, written_out=True), by_length, bf16
+        ),
+        "ours, fused Adam": Candidate(peers.variant(ours), by_length, bf16, "fused"),
+        "ours, Adam loop" if bf16 else "ours, for-each Adam": Candidate(
+            peers.variant(ours), by_length, bf16, "loop" if bf16 else "foreach"
+        ),
+        "ours, random batches": Candidate(peers.variant(ours), unordered, bf16),
+        "ours, widths padded to 8": Candidate(
+            peers.variant(ours), [peers.pad_to_multiple(b, 8) for b in by_length], bf16
+        ),
+    }
+    tricks = [
+        ("none (the noise floor: a copy of ours)", "ours, an identical copy", "ours"),
+        (
+            "bf16 autocast",
+            "ours" if bf16 else "ours, bf16 autocast",
+            "ours, float32" if bf16 else "ours",
+        ),
+        ("fused Q/K/V projection", "ours", "ours, separate Q/K/V"),
+        ("scaled_dot_product_attention", "ours", "ours, written-out attention"),
+        ("fused Adam (one kernel)", "ours, fused Adam", "ours"),
+        (
+            "for-each Adam",
+            "ours" if bf16 else "ours, for-each Adam",
+            "ours, Adam loop" if bf16 else "ours",
+        ),
+        ("batches by length", "ours", "ours, random batches"),
+        ("widths padded to a multiple of 8", "ours, widths padded to 8", "ours"),
+    ]
+    if compile_models:
+        c["ours, torch.compile"] = Candidate(torch.compile(peers.variant(ours)), by_length, bf16)
+        peer_compiled = peers.TorchTransformer(ours.config)
+        peers.copy_weights(ours, peer_compiled)
+        c["nn.Transformer, torch.compile"] = Candidate(
+            torch.compile(peer_compiled), by_length, bf16
         )
-        return self.generator(out)  # (B, T, V)
+        tricks.append(("torch.compile", "ours, torch.compile", "ours"))
+    return c, tricks
 
 
-def copy_weights(ours: Transformer, theirs: TorchTransformer) -> None:
-    """Give ``theirs`` our weights, so that the two compute the same function."""
-    theirs.embeddings.load_state_dict(ours.decoder.embeddings.state_dict())
-    layers = list(zip(ours.encoder.layers, theirs.stacks.encoder.layers, strict=True))
-    layers += list(zip(ours.decoder.layers, theirs.stacks.decoder.layers, strict=True))
-    for mine, torch_layer in layers:
-        attentions = [(mine.self_attn, torch_layer.self_attn)]
-        if hasattr(mine, "cross_attn"):
-            attentions.append((mine.cross_attn, torch_layer.multihead_attn))
-        for a, b in attentions:
-            b.in_proj_weight.data.copy_(a.in_proj.weight)
-            b.in_proj_bias.data.copy_(a.in_proj.bias)
-            b.out_proj.load_state_dict(a.out_proj.state_dict())
-        torch_layer.linear1.load_state_dict(mine.feed_forward.linear_1.state_dict())
-        torch_layer.linear2.load_state_dict(mine.feed_forward.linear_2.state_dict())
-        norms = [torch_layer.norm1, torch_layer.norm2, getattr(torch_layer, "norm3", None)]
-        for a, b in zip(mine.norms, norms, strict=False):
-            b.load_state_dict(a.state_dict())
+def check_same_functions(models: dict[str, nn.Module], batch: Batch, device: torch.device) -> float:
+    """Every model computes the same function as the first (in float32, without TF32)."""
+    if device.type == "cuda":
+        tf32, torch.backends.cuda.matmul.allow_tf32 = torch.backends.cuda.matmul.allow_tf32, False
+    batch = batch.to(device)
+    (name, first), *others = models.items()
+    largest = 0.0
+    for other_name, other in others:
+        difference = peers.largest_difference(first.to(device), other.to(device), batch)
+        if difference > 1e-3:
+            raise AssertionError(f"{other_name} differs from {name} by {difference:.1e}")
+        largest = max(largest, difference)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return largest
 
 
-def random_batch(generator: torch.Generator) -> tuple[Tensor, ...]:
-    """Random tokens, each row padded after a random length between LENGTH / 2 and LENGTH."""
-    c = CONFIG
+def peak_memory(function: Callable[[], None], device: torch.device) -> int:
+    """The most bytes allocated on the GPU while ``function`` runs (after one run to settle)."""
+    function()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    function()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device)
 
-    def padded() -> Tensor:
-        tokens = torch.randint(4, c.tgt_vocab_size, (BATCH, LENGTH), generator=generator)
-        lengths = torch.randint(LENGTH // 2, LENGTH + 1, (BATCH, 1), generator=generator)
-        return tokens.masked_fill(torch.arange(LENGTH) >= lengths, PAD_ID)  # (B, L)
 
-    src, tgt_in, tgt_out = padded(), padded(), padded()
-    tgt_out = tgt_out.masked_fill(tgt_in == PAD_ID, PAD_ID)  # padding in the same places
-    src_mask = padding_mask(src, PAD_ID)  # (B, 1, 1, S)
-    tgt_mask = padding_mask(tgt_in, PAD_ID) & subsequent_mask(LENGTH)  # (B, 1, T, T)
-    return src, tgt_in, tgt_out, src_mask, tgt_mask
+def largest_budget(
+    make_model: Callable[[], nn.Module], config: TransformerConfig, length: int, device
+) -> int:
+    """The largest token budget (pairs x ``length`` per side) one bf16 training step fits in,
+    within 5%: doubling from 8,192 tokens until the GPU runs out of memory, then bisecting.
+    Stops at 4M tokens (a small model may fit more; the figure is then a lower bound)."""
+
+    def fits(tokens: int) -> bool:
+        generator = torch.Generator().manual_seed(0)
+        batch = peers.random_batch(config, max(tokens // length, 1), length, generator)
+        model = make_model()
+        try:
+            Candidate(model, [batch], bf16=True).step_function(device, config.d_model)()
+            torch.cuda.synchronize(device)
+            return True
+        except torch.OutOfMemoryError:
+            return False
+        finally:
+            del model
+            gc.collect()  # the failed step's tensors, before the next probe allocates
+            torch.cuda.empty_cache()
+
+    return search_largest(fits)
+
+
+def search_largest(fits: Callable[[int], bool], start: int = 8192, cap: int = 2**22) -> int:
+    """The largest n with ``fits(n)``, within 5%, for a ``fits`` true up to some threshold:
+    double from ``start``, then bisect. Returns ``cap`` if that fits (the base model fits far
+    fewer tokens on an 80 GB GPU), 0 if nothing does."""
+    low, high = 0, start
+    while fits(high):
+        low, high = high, high * 2
+        if low >= cap:
+            return low
+    while high - low > max(1, 0.05 * high):
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def measure(
+    size: Size,
+    device: torch.device,
+    batches: tuple[list[Batch], list[Batch]],
+    rounds: int | None = None,
+    compile_models: bool = False,
+    memory: bool = False,
+    only: Sequence[str] | None = None,
+) -> dict:
+    """Time every candidate in turns and return the figures (see the module's docstring).
+
+    ``only``: the names of the candidates to time ("ours" and "nn.Transformer" always are).
+    """
+    torch.manual_seed(0)
+    ours = Transformer(size.model)
+    by_length, unordered = batches
+    everything, tricks = candidates(ours, by_length, unordered, device, compile_models)
+    keep = {"ours", "nn.Transformer", *(only if only is not None else everything)}
+    chosen = {name: cand for name, cand in everything.items() if name in keep}
+    tricks = [t for t in tricks if t[1] in chosen and t[2] in chosen]
+    eager = {n: c.model for n, c in chosen.items() if "compile" not in n and "as it comes" not in n}
+    largest = check_same_functions(eager, by_length[0], device)
+
+    functions = {
+        name: cand.step_function(device, size.model.d_model) for name, cand in chosen.items()
+    }
+    # Compiled models compile on the first batch, and again (for varying shapes) on the second:
+    # two untimed rounds keep compilation out of the timings.
+    warmup = 2 if compile_models else 1
+    times = common.time_in_turns(functions, rounds or size.rounds, warmup, device)
+
+    peak = peak_for(common.device_name(device)) if device.type == "cuda" else None
+    results: dict = {
+        "config": {k: v for k, v in vars(size.model).items()},
+        "max_tokens": size.max_tokens,
+        "largest_difference": largest,
+        "peak": None
+        if peak is None
+        else {"name": peak.name, "flops": peak.flops, "source": peak.source},
+        "candidates": {},
+    }
+    for name, cand in chosen.items():
+        tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in cand.batches)
+        padded = sum(b.tgt_out.numel() for b in cand.batches)
+        flops = sum(training_flops(size.model, *real_lengths(b)) for b in cand.batches)
+        median = statistics.median(times[name])
+        figures = {
+            **common.summary(times[name]),
+            "target_tokens": tokens,
+            "padded_target_tokens": padded,
+            "tokens_per_s": tokens / median,
+            "model_flops": flops,
+            "model_flops_per_s": flops / median,
+            "bf16": cand.bf16,
+            "adam": cand.adam,
+            "timings_s": times[name],
+        }
+        if peak is not None and cand.bf16:
+            figures["mfu"] = flops / median / peak.flops
+        results["candidates"][name] = figures
+    rate = {name: f["tokens_per_s"] for name, f in results["candidates"].items()}
+    results["tricks"] = [
+        {"trick": trick, "with": w, "without": wo, "ratio": rate[w] / rate[wo]}
+        for trick, w, wo in tricks
+    ]
+    if memory and device.type == "cuda":
+        # The timed candidates hold their weights and Adam states on the GPU: free them first, so
+        # that the memory figures see one model at a time.
+        del functions, chosen, everything, eager
+        gc.collect()
+        torch.cuda.empty_cache()
+        results["memory"] = memory_figures(ours, size, by_length, device)
+    return results
+
+
+def memory_figures(ours: Transformer, size: Size, batches: list[Batch], device) -> dict:
+    """Peak memory of a step on the widest batch, ours and the peer's; the largest budgets."""
+    widest = max(batches, key=lambda b: b.tgt_out.shape[1] + b.src.shape[1])
+    peer = peers.TorchTransformer(size.model)
+    peers.copy_weights(ours, peer)
+    figures: dict = {"batch_shape": [list(widest.src.shape), list(widest.tgt_out.shape)]}
+    for name, model in (("ours", ours), ("nn.Transformer", peer)):
+        step = Candidate(model, [widest], bf16=True).step_function(device, size.model.d_model)
+        figures[f"peak_bytes {name}"] = peak_memory(step, device)
+        model.cpu()
+        torch.cuda.empty_cache()
+    for length in (32, 128):  # a typical Multi30k width, and the longest the profiles keep
+        for name, make in (
+            ("ours", lambda: peers.variant(ours)),
+            ("nn.Transformer", lambda: peers.TorchTransformer(size.model)),
+        ):
+            figures[f"largest_budget {name} L={length}"] = largest_budget(
+                make, size.model, length, device
+            )
+    return figures
+
+
+def report(results: dict, device: torch.device) -> list[dict]:
+    """Print the comparison lines and the table of speed-ups; return the comparison lines."""
+    figures = results["candidates"]
+    c = results["config"]
+    print(
+        f"training steps, d_model={c['d_model']}, h={c['n_heads']}, d_ff={c['d_ff']}, "
+        f"N={c['n_layers']}+{c['n_layers']}, V={c['tgt_vocab_size']}, dropout={c['dropout']}, "
+        f"max_tokens={results['max_tokens']}, {common.device_name(device)}, "
+        f"{torch.get_num_threads()} thread(s); the models agree within "
+        f"{results['largest_difference']:.1e}"
+    )
+    for name, f in figures.items():
+        mfu = f" MFU {100 * f['mfu']:4.1f}%" if "mfu" in f else ""
+        print(
+            f"    {f['tokens_per_s']:10,.0f} tokens/s  {f['model_flops_per_s'] / 1e12:7.3f} TFLOP/s"
+            f"{mfu}  (median {1e3 * f['median_s']:.0f} ms for {f['target_tokens']:,} target "
+            f"tokens, {1e3 * f['best_s']:.0f}-{1e3 * f['worst_s']:.0f})  {name}"
+        )
+    lines = [
+        common.compare(
+            "training, target tokens/s",
+            figures["ours"]["tokens_per_s"],
+            figures["nn.Transformer"]["tokens_per_s"],
+            "tokens/s",
+        )
+    ]
+    # Both trained on the same batches, one after the other, in every round: the ratio within a
+    # round is the least disturbed by load that changes from round to round.
+    ours_s, peer_s = figures["ours"]["timings_s"], figures["nn.Transformer"]["timings_s"]
+    rounds = [p / o for o, p in zip(ours_s, peer_s, strict=True)]
+    lines[0]["round_ratios"] = rounds
+    print(
+        f"  {'  the same, round by round':46} median ratio {statistics.median(rounds):.2f}, "
+        f"from {min(rounds):.2f} to {max(rounds):.2f} over {len(rounds)} rounds"
+    )
+    if "mfu" in figures["ours"]:
+        lines.append(
+            common.compare(
+                "model FLOPs utilisation",
+                100 * figures["ours"]["mfu"],
+                100 * figures["nn.Transformer"]["mfu"],
+                "% of peak",
+            )
+        )
+    if "nn.Transformer, torch.compile" in figures:
+        lines.append(
+            common.compare(
+                "training, both compiled",
+                figures["ours, torch.compile"]["tokens_per_s"],
+                figures["nn.Transformer, torch.compile"]["tokens_per_s"],
+                "tokens/s",
+            )
+        )
+    memory = results.get("memory")
+    if memory:
+        lines.append(
+            common.compare(
+                "peak memory of a step",
+                memory["peak_bytes ours"] / 2**30,
+                memory["peak_bytes nn.Transformer"] / 2**30,
+                "GiB",
+                higher_is_better=False,
+            )
+        )
+        for length in (32, 128):
+            lines.append(
+                common.compare(
+                    f"largest token budget, width {length}",
+                    memory[f"largest_budget ours L={length}"],
+                    memory[f"largest_budget nn.Transformer L={length}"],
+                    "tokens",
+                )
+            )
+    if results["peak"]:
+        print(f"  peak {results['peak']['flops'] / 1e12:.1f} TFLOP/s: {results['peak']['source']}")
+    print("  speed-ups on our model (tokens/s with / without):")
+    for t in results["tricks"]:
+        print(f"    {t['trick']:36} {t['ratio']:5.2f}  ({t['with']} / {t['without']})")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default: 1)")
-    torch.set_num_threads(parser.parse_args().threads)
-    torch.manual_seed(0)
-    ours = Transformer(CONFIG)
-    theirs = TorchTransformer(CONFIG)
-    copy_weights(ours, theirs)
-    theirs_default = TorchTransformer(CONFIG, paper_dropout=False)
-    copy_weights(ours, theirs_default)
-    src, tgt_in, tgt_out, src_mask, tgt_mask = random_batch(torch.Generator().manual_seed(0))
-    n_tokens = int((tgt_out != PAD_ID).sum())
-
-    # In eval mode without dropout; with gradients on, so that nn.Transformer takes the same path
-    # as in training (without them it converts padded inputs to nested tensors).
-    ours.eval(), theirs.eval()
-    with torch.enable_grad():
-        difference = ours(src, tgt_in, src_mask, tgt_mask) - theirs(src, tgt_in, src_mask, tgt_mask)
-        real = tgt_out != PAD_ID  # padded positions may differ; nothing reads them
-        largest = difference[real].abs().max().item()
-    assert largest < 1e-3, f"the two models differ by {largest:.1e}: the comparison is unfair"
-
-    def make_step(model: nn.Module):
-        model.train()
-        optimizer, scheduler = make_optimizer(model, CONFIG.d_model, warmup_steps=4000)
-
-        def step() -> None:
-            logits = model(src, tgt_in, src_mask, tgt_mask)
-            loss, tokens = label_smoothed_loss(logits, tgt_out, PAD_ID)
-            (loss / tokens).backward()
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        return step
-
-    steps = {
-        "ours": make_step(ours),
-        "nn.Transformer, dropout where ours has it": make_step(theirs),
-        "nn.Transformer as it comes (dropout also in attention and FFN)": make_step(theirs_default),
-    }
-    for step in steps.values():
-        for _ in range(WARMUP):
-            step()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(REPEATS):  # interleaved, so that other work on the machine hits both alike
-        for name, step in steps.items():
-            started = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - started)
-
-    c = CONFIG
-    print(
-        f"training step, d_model={c.d_model}, h={c.n_heads}, d_ff={c.d_ff}, "
-        f"N={c.n_layers}+{c.n_layers}, dropout={c.dropout}, B={BATCH}, L={LENGTH}, "
-        f"{n_tokens} target tokens, {torch.get_num_threads()} threads, "
-        f"median of {REPEATS} (largest difference of the outputs {largest:.1e})"
+    common.add_arguments(parser)
+    parser.add_argument("--data", choices=("multi30k", "random"), default="multi30k")
+    parser.add_argument("--data-dir", type=Path, default=None, help="Multi30k's files")
+    parser.add_argument("--max-tokens", type=int, default=None, help="token budget per batch")
+    parser.add_argument("--batches", type=int, default=None, help="batches per round")
+    parser.add_argument(
+        "--compile",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="time torch.compile too (auto: on CUDA only; compiling on a CPU takes minutes)",
     )
-    rates = {}
-    for name, seconds in times.items():
-        median = statistics.median(seconds)
-        rates[name] = n_tokens / median
-        spread = f"{min(seconds) * 1e3:.0f}-{max(seconds) * 1e3:.0f} ms"
-        print(f"  {rates[name]:6,.0f} target tokens/s ({median * 1e3:.0f} ms, {spread})  {name}")
-    ratio = rates["ours"] / rates["nn.Transformer, dropout where ours has it"]
-    print(f"  ratio ours / nn.Transformer (same dropout): {ratio:.2f}")
+    parser.add_argument("--no-memory", action="store_true", help="skip the GPU memory figures")
+    parser.add_argument(
+        "--no-tricks", action="store_true", help="time ours and the peer only, no speed-ups"
+    )
+    args = parser.parse_args()
+    device = common.setup(parser, args)
+    size = SIZES[args.size]
+    for name in ("max_tokens", "batches"):
+        value = getattr(args, name)
+        if value is not None:
+            if value < 1:
+                parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+            size = replace(size, **{name: value})
+    if args.data == "multi30k":
+        try:
+            batches = multi30k_batches(size.model, size.max_tokens, size.batches, args.data_dir)
+        except (DataError, FileNotFoundError) as err:
+            parser.error(f"{err} (or run with --data random)")
+    else:
+        batches = random_batches(size.model, size.max_tokens, size.batches)
+    compile_models = args.compile == "yes" or (args.compile == "auto" and device.type == "cuda")
+    results = measure(
+        size,
+        device,
+        batches,
+        args.rounds,
+        compile_models=compile_models,
+        memory=not args.no_memory,
+        only=["nn.Transformer as it comes"] if args.no_tricks else None,
+    )
+    results["comparisons"] = report(results, device)
+    results["data"] = args.data
+    common.save(args, device, "train_step", results)
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     main()

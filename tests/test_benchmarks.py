@@ -1,0 +1,210 @@
+"""The performance chapter's FLOP count against PyTorch's operation counter, the benchmarks' peer
+against our model, and the benchmark scripts' plumbing (switches, JSON, manifest). No timing is
+asserted anywhere: timings are what the benchmarks report, not what tests check."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import assert_close
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from transformer_lib.data import PAD_ID
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.performance import PEAKS, forward_flops, peak_for, training_flops
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their siblings by name
+import common  # noqa: E402
+import peers  # noqa: E402
+import scaling  # noqa: E402
+import train_step  # noqa: E402
+
+
+def counted(model, src, tgt) -> tuple[int, int]:
+    """(forward, forward + backward) FLOPs as FlopCounterMode records them; attention through
+    the math backend, whose products the counter sees one by one."""
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        logits = model(src, tgt)
+        forward = counter.get_total_flops()
+        logits.float().sum().backward()
+    return forward, counter.get_total_flops()
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        dict(d_model=32, d_ff=64, n_heads=4, n_layers=1),
+        dict(d_model=48, d_ff=200, n_heads=3, n_layers=3),
+        dict(d_model=64, d_ff=64, n_heads=8, n_layers=2, norm_first=True),
+    ],
+)
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 9, 4), (3, 5, 13)])
+def test_flop_formula_equals_the_counter(sizes, shape):
+    torch.manual_seed(0)
+    config = TransformerConfig(300, 300, dropout=0.0, **sizes)
+    batch, s, t = shape
+    src, tgt = torch.randint(4, 300, (batch, s)), torch.randint(4, 300, (batch, t))
+    forward, total = counted(Transformer(config), src, tgt)
+    assert forward == forward_flops(config, [s] * batch, [t] * batch)
+    assert total == training_flops(config, [s] * batch, [t] * batch) == 3 * forward
+
+
+def test_flop_formula_with_two_vocabularies_counts_the_target_projection():
+    config = TransformerConfig(120, 410, d_model=32, d_ff=64, n_heads=2, n_layers=2)
+    forward, _ = counted(
+        Transformer(config), torch.randint(4, 120, (2, 6)), torch.randint(4, 410, (2, 3))
+    )
+    assert forward == forward_flops(config, [6, 6], [3, 3])
+
+
+def test_flop_formula_is_a_sum_over_pairs():
+    """Each pair costs what it costs alone: the count at real lengths is the model's useful work."""
+    config = TransformerConfig(200, 200, d_model=32, d_ff=96, n_heads=4, n_layers=2)
+    model = Transformer(config)
+    lengths = [(3, 7), (11, 2), (5, 5)]
+    alone = sum(
+        counted(model, torch.randint(4, 200, (1, s)), torch.randint(4, 200, (1, t)))[0]
+        for s, t in lengths
+    )
+    assert alone == forward_flops(config, [s for s, _ in lengths], [t for _, t in lengths])
+    with pytest.raises(ValueError):  # lengths of different counts are a mistake, not a zip
+        forward_flops(config, [1, 2], [3])
+
+
+def test_peaks_match_device_names():
+    assert peak_for("NVIDIA H100 80GB HBM3").flops == pytest.approx(989.4e12)
+    assert peak_for("NVIDIA H100 PCIe").flops == pytest.approx(756e12)
+    assert peak_for("NVIDIA H200").name == "H200"
+    assert peak_for("NVIDIA A100-SXM4-80GB").flops == pytest.approx(312e12)
+    assert peak_for("AMD EPYC") is None and peak_for("NVIDIA GeForce RTX 4090") is None
+    for peak in PEAKS:  # dense rates: the data sheets print twice these, "with sparsity"
+        assert "sparsity" in peak.source and peak.flops > 1e14
+
+
+def small_models():
+    torch.manual_seed(0)
+    config = TransformerConfig(100, 100, d_model=32, d_ff=64, n_heads=4, n_layers=2)
+    ours = Transformer(config)
+    theirs = peers.TorchTransformer(config)
+    peers.copy_weights(ours, theirs)
+    batch = peers.random_batch(config, 4, 9, torch.Generator().manual_seed(1), shortest=3)
+    return config, ours, theirs, batch
+
+
+def test_the_peer_computes_our_function():
+    """nn.Transformer with our weights gives our logits: the comparison times the same work."""
+    _, ours, theirs, batch = small_models()
+    assert (batch.tgt_out == PAD_ID).any()  # padding is exercised
+    assert peers.largest_difference(ours, theirs, batch) < 1e-4
+    theirs.stacks.decoder.layers[0].linear1.bias.data += 0.1  # and the check can fail
+    assert peers.largest_difference(ours, theirs, batch) > 1e-3
+
+
+@pytest.mark.parametrize("switch", ["separate_projections", "written_out"])
+def test_variants_compute_our_function(switch):
+    _, ours, _, batch = small_models()
+    other = peers.variant(ours, **{switch: True})
+    assert peers.largest_difference(ours, other, batch) < 1e-5
+    assert all(
+        isinstance(layer.self_attn, peers.AttentionVariant) for layer in other.encoder.layers
+    )
+
+
+def test_padding_to_a_multiple_keeps_the_logits_of_real_tokens():
+    _, ours, _, batch = small_models()
+    ours.eval()
+    wide = peers.pad_to_multiple(batch, 8)
+    assert wide.src.shape[1] % 8 == 0 and wide.tgt_in.shape[1] % 8 == 0
+    assert int((wide.tgt_out != PAD_ID).sum()) == int((batch.tgt_out != PAD_ID).sum())
+    with torch.no_grad():
+        narrow_logits = ours(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        wide_logits = ours(wide.src, wide.tgt_in, wide.src_mask, wide.tgt_mask)
+    t = batch.tgt_in.shape[1]
+    real = batch.tgt_out != PAD_ID
+    assert_close(wide_logits[:, :t][real], narrow_logits[real], atol=1e-5)
+
+
+def test_train_step_measures_every_candidate_on_random_batches():
+    config, *_ = small_models()
+    size = train_step.Size(config, max_tokens=64, batches=2, rounds=1)
+    batches = train_step.random_batches(config, size.max_tokens, size.batches)
+    results = train_step.measure(size, torch.device("cpu"), batches)
+    figures = results["candidates"]
+    assert {"ours", "nn.Transformer", "ours, random batches"} <= set(figures)
+    for f in figures.values():
+        assert f["tokens_per_s"] > 0 and f["rounds"] == 1 and "mfu" not in f  # no CPU peak
+    by_length = figures["ours"]
+    expected = sum(training_flops(config, *train_step.real_lengths(b)) for b in batches[0])
+    assert by_length["model_flops"] == expected
+    assert {t["trick"] for t in results["tricks"]} >= {
+        "batches by length",
+        "fused Adam (one kernel)",
+    }
+
+
+@pytest.mark.parametrize("threshold", [0, 5000, 8192, 100_000, 3_000_000, 10**9])
+def test_search_for_the_largest_budget(threshold):
+    """The search the GPU run uses to find the largest token budget that fits in memory."""
+    probes = []
+
+    def fits(tokens):
+        probes.append(tokens)
+        return tokens <= threshold
+
+    found = train_step.search_largest(fits, start=8192, cap=2**22)
+    assert found <= threshold and fits(found) or found == 0
+    assert found >= 0.95 * min(threshold, 2**22) and len(probes) < 40
+
+
+def test_scaling_reports_the_formulas_crossover():
+    config, *_ = small_models()
+    results = scaling.measure(
+        config, tokens=64, device=torch.device("cpu"), rounds=1, lengths=(8, 16, 32)
+    )
+    c = config
+    expected = 2 * c.d_model + 2 / 3 * c.d_ff + c.tgt_vocab_size / (6 * c.n_layers)
+    assert results["crossover_length_flops"] == pytest.approx(expected)
+    assert [r["length"] for r in results["rows"]] == [8, 16, 32]
+
+
+def run_script(*arguments, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, *arguments], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_benchmark_writes_its_result_with_a_manifest(tmp_path):
+    out = tmp_path / "perf-test"
+    done = run_script(
+        "benchmarks/train_step.py",
+        "--data", "random", "--max-tokens", "64", "--batches", "1", "--rounds", "1",
+        "--no-tricks", "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "ratio" in done.stdout
+    saved = json.loads((out / "train_step.json").read_text())
+    manifest = saved["manifest"]
+    assert manifest["device"] and manifest["torch"] == torch.__version__
+    assert "train_step.py" in manifest["command"] and manifest["library_hash"]
+    assert saved["results"]["comparisons"][0]["label"] == "training, target tokens/s"
+    loaded = common.load_results(tmp_path)
+    assert loaded["perf-test"]["train_step"] == saved
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+        (["--threads", "0"], "--threads"),
+        (["--size", "huge"], "invalid choice"),
+        (["--batches", "0", "--data", "random"], "--batches"),
+    ],
+)
+def test_bad_switches_end_with_status_2(arguments, message):
+    done = run_script("benchmarks/train_step.py", "--no-save", *arguments)
+    assert done.returncode == 2 and message in done.stderr, done.stderr

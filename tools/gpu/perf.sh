@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The GPU part of the performance issue: the exact commands, sized for the device machine
+# (10 minutes per command, about 10 minutes of device time in all). Each step is a separate
+# command and writes its own JSON, so an interrupted session resumes at the next step.
+#
+# Prepare, on the machine that holds the worktree (data/ is git-ignored):
+#   mkdir -p data && cp -r ../shared/data/multi30k data/
+# Then, through the device tool, from the repository root, in this order:
+#   1. bash tools/gpu/perf.sh check train_step     (~1 min check, then ~3 min; carry data/multi30k)
+#   2. bash tools/gpu/perf.sh compile              (~5 min: compiling two base models dominates)
+#   3. bash tools/gpu/perf.sh scaling attention    (~2 min)
+#   4. bash tools/gpu/perf.sh decoding             (the decoding benchmark, once it takes --device)
+# The times are estimates: no GPU has run this yet. Each step stops itself before the tool's
+# 10 minutes; a step that overran leaves its log under $OUT/logs but no JSON.
+# Pass GIT_COMMIT=<commit> in front when the device's copy has no .git, so the manifests name it:
+#   GIT_COMMIT=$(git rev-parse HEAD) is evaluated here, then written literally into the command.
+# Everything lands under $OUT: results/perf-<gpu>/<benchmark>.json (copy that folder into the
+# repository's results/ and commit it) and logs/<step>.txt (the printed tables).
+set -euo pipefail
+
+: "${OUT:?set OUT to the folder whose contents come back}"
+export PYTHONPATH=.
+export TRANSFORMER_LIB_DATA="${TRANSFORMER_LIB_DATA:-data/multi30k}"
+export TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1  # the logs keep what a step printed even when its time limit ends it
+# After an out-of-memory probe, freed blocks are reused instead of fragmenting the next probe.
+export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
+PYTHON="${PYTHON:-python3}"
+
+if [ "$#" -eq 0 ]; then
+    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding)" >&2
+    exit 2
+fi
+if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
+    echo "no Multi30k in $TRANSFORMER_LIB_DATA: carry data/multi30k (see the top of this file)" >&2
+    exit 2
+fi
+
+slug=$("$PYTHON" -c 'import sys, torch; sys.path.insert(0, "benchmarks"); import common
+print(common.device_slug(torch.device("cuda")))')
+results="$OUT/results/perf-$slug"
+mkdir -p "$results" "$OUT/logs"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv \
+    > "$OUT/logs/nvidia-smi.csv" || true
+
+# Each step runs under its own limit, below the tool's 10 minutes, so that what finished
+# still comes back when a step overruns.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name: $*"
+    local started=$SECONDS
+    timeout "$limit" "$PYTHON" "$@" 2>&1 | tee "$OUT/logs/$name.txt"
+    echo "== $name took $((SECONDS - started)) s"
+}
+
+for name in "$@"; do
+    case "$name" in
+        check)  # every path but compilation, at a small size, before spending minutes
+            step check 240 benchmarks/train_step.py --device cuda --size small --rounds 1 \
+                --batches 2 --compile no --no-save
+            step check-scaling 120 benchmarks/scaling.py --device cuda --size small --rounds 1 \
+                --no-save
+            ;;
+        train_step)  # ours vs nn.Transformer, MFU, the speed-ups, memory, largest budget
+            step train_step 540 benchmarks/train_step.py --device cuda --size base --compile no \
+                --out "$results"
+            ;;
+        compile)  # the same with torch.compile added (ours and the peer), without the memory
+            step compile 540 benchmarks/train_step.py --device cuda --size base --compile yes \
+                --no-memory --name train_step_compiled --out "$results"
+            ;;
+        scaling)  # time per token, lengths 16 to 1024, base model, bf16
+            step scaling 300 benchmarks/scaling.py --device cuda --size base --out "$results"
+            ;;
+        attention)
+            step attention 120 benchmarks/attention.py --device cuda --size base --out "$results"
+            ;;
+        decoding)
+            step decoding 300 benchmarks/decoding.py --device cuda --size base --out "$results"
+            ;;
+        *)
+            echo "unknown step $name: choose among check train_step compile scaling attention decoding" >&2
+            exit 2
+            ;;
+    esac
+done
