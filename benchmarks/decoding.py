@@ -13,19 +13,28 @@ about as much as reading the matrix. The re-running decoder multiplies the same 
 step, by t rows instead of one, which for t < 40 costs little more than the read. The benchmark
 times those products alone in the same run and prints them beside the step.
 
-Run: ``.venv/bin/python benchmarks/decoding.py [--steps 40 100] [--threads N] [--device cuda]``
-(``make bench`` runs it with the defaults).
+Run: ``.venv/bin/python benchmarks/decoding.py [--steps 40 100]`` (``make bench`` runs it); on a GPU
+``--device cuda --size base --test-set`` also times translating test_2016_flickr at beam 4 with a
+base-size model (random weights: outputs run to the length limit, a worst case).
 """
 
 import argparse
 import time
+from pathlib import Path
 
+import common
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib.data import BOS_ID, VOCAB_SIZE
-from transformer_lib.decoding import IncrementalDecoder, RerunDecoder, beam_search, greedy_search
+from transformer_lib.data import BOS_ID, VOCAB_SIZE, BPETokenizer, load_multi30k
+from transformer_lib.decoding import (
+    IncrementalDecoder,
+    RerunDecoder,
+    beam_search,
+    greedy_search,
+    translate,
+)
 from transformer_lib.model import Transformer, TransformerConfig
 
 BATCH, SOURCE_LENGTH = 32, 20
@@ -38,19 +47,20 @@ TARGETS = {  # (slow row, fast row) -> the issue's target ratio, at 40 steps
 }
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+SIZES = {  # the issue's small model on a CPU; the paper's base model for the GPU figures
+    "small": dict(d_model=256, d_ff=1024, n_heads=8, n_layers=3),
+    "base": dict(d_model=512, d_ff=2048, n_heads=8, n_layers=6),
+}
 
 
 def best_time(function, device: torch.device, repeats: int = 3) -> float:
     """The best of ``repeats`` runs: the least disturbed by other work on a shared machine."""
     times = []
     for _ in range(repeats):
-        synchronize(device)
+        common.sync(device)
         started = time.perf_counter()
         function()
-        synchronize(device)
+        common.sync(device)
         times.append(time.perf_counter() - started)
     return min(times)
 
@@ -128,20 +138,35 @@ def rows_for(model, src, steps: int, with_slow_rows: bool):
     return rows
 
 
+def time_test_set(model, device, data_dir) -> dict:
+    """Seconds to translate test_2016_flickr (German to English) with beam 4, batches of 64.
+
+    The weights are random, so outputs rarely end before the limit (input length + 50): a worst
+    case for the time of a trained model of the same size."""
+    pairs = load_multi30k("train", "de", "en", data_dir)
+    tokenizer = BPETokenizer.train([s for pair in pairs for s in pair], VOCAB_SIZE)
+    sources = [source for source, _ in load_multi30k("test_2016_flickr", "de", "en", data_dir)]
+    translate(model, tokenizer, sources[:64], beam_size=4)  # warm-up: kernels, allocator
+    seconds = best_time(lambda: translate(model, tokenizer, sources, beam_size=4), device, 1)
+    print(f"test_2016_flickr, {len(sources)} sentences, beam 4: {seconds:.1f} s (random weights)")
+    return {"sentences": len(sources), "beam_size": 4, "seconds": seconds}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.add_arguments(parser)
     parser.add_argument("--steps", type=int, nargs="+", default=[40, 100], help="output lengths")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument(
+        "--test-set",
+        action="store_true",
+        help="also time translating test_2016_flickr at beam 4 (needs the data set)",
+    )
+    parser.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device = common.setup(parser, args)
 
     torch.manual_seed(0)
-    config = TransformerConfig(
-        VOCAB_SIZE, VOCAB_SIZE, d_model=256, d_ff=1024, n_heads=8, n_layers=3, dropout=0.0
-    )
+    config = TransformerConfig(VOCAB_SIZE, VOCAB_SIZE, dropout=0.0, **SIZES[args.size])
     model = Transformer(config).eval().to(device)
     src = torch.randint(4, VOCAB_SIZE, (BATCH, SOURCE_LENGTH), device=device)
     print(f"torch {torch.__version__} on {device}, {torch.get_num_threads()} threads; {config}")
@@ -162,6 +187,12 @@ def main() -> None:
                 )
             print()
 
+    results = {"config": vars(config), "batch": BATCH, "source_length": SOURCE_LENGTH}
+    results["rows"] = [
+        {"steps": steps, "label": label, "seconds": seconds}
+        for (steps, label), seconds in times.items()
+    ]
+    results["ratios"] = []
     for steps in args.steps:
         print(f"-- ratios at {steps} output steps")
         for (slow, fast), target in TARGETS.items():
@@ -172,6 +203,9 @@ def main() -> None:
             if steps == 40:
                 verdict = f" ({'meets' if value >= target else 'MISSES'} the target {target:g}x)"
             print(f"{slow} / {fast.split(', ')[-1]}: {value:.1f}x{verdict}")
+            results["ratios"].append(
+                {"steps": steps, "slow": slow, "fast": fast, "ratio": value, "target": target}
+            )
         print()
 
     with torch.inference_mode():
@@ -186,6 +220,11 @@ def main() -> None:
             f" ({floor / incremental:.0%} of it is that product);"
             f" re-running {1e3 * rerun:.2f} ms/step"
         )
+    results["matrix_floor_s"] = floor
+    if args.test_set:
+        with torch.inference_mode():
+            results["test_2016_flickr"] = time_test_set(model, device, args.data_dir)
+    common.save(args, device, "decoding", results)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@
 #   1. bash tools/gpu/perf.sh check train_step     (~1 min check, then ~3 min; carry data/multi30k)
 #   2. bash tools/gpu/perf.sh compile              (~5 min: compiling two base models dominates)
 #   3. bash tools/gpu/perf.sh scaling attention    (~2 min)
-#   4. bash tools/gpu/perf.sh decoding             (the decoding benchmark, once it takes --device)
+#   4. bash tools/gpu/perf.sh decoding             (~3 min; incremental vs re-running, test_2016 at beam 4)
 # The times are estimates: no GPU has run this yet. Each step stops itself before the tool's
 # 10 minutes; a step that overran leaves its log under $OUT/logs but no JSON.
 # Pass GIT_COMMIT=<commit> in front when the device's copy has no .git, so the manifests name it:
@@ -77,7 +77,7 @@ for name in "$@"; do
             step attention 120 benchmarks/attention.py --device cuda --size base --out "$results"
             ;;
         decoding)
-            step decoding 300 benchmarks/decoding.py --device cuda --size base --out "$results"
+            step decoding 300 benchmarks/decoding.py --device cuda --size base --test-set --out "$results"
             ;;
         *)
             echo "unknown step $name: choose among check train_step compile scaling attention decoding" >&2
