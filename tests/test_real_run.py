@@ -165,9 +165,12 @@ def test_attention_labels_fit_the_model_that_wrote_them(tiny_report):
         assert torch.allclose(stored, cross, atol=6e-4)
         assert "".join(sentence["source_tokens"][:-1]) == sentence["source"].replace(" ", "")
         assert sentence["source_tokens"][-1] == "</s>"
-        assert "".join(sentence["predicted_tokens"][:-1]) == sentence["translation"].replace(
-            " ", ""
-        )
+        predicted = sentence["predicted_tokens"]
+        assert len(predicted) == len(out) and predicted[-1] == "</s>"
+        # A byte-level piece that is only part of a character (an untrained model writes such
+        # pieces in any order) has no text of its own: its label is U+FFFD and cannot spell.
+        if not any("\ufffd" in label for label in predicted):
+            assert "".join(predicted[:-1]) == sentence["translation"].replace(" ", "")
         assert sentence["decoder_input_tokens"] == ["<s>"] + sentence["predicted_tokens"][:-1]
         decoder = torch.tensor(sentence["weights"]["decoder"])  # (N, h, T, T), causal
         assert decoder.triu(diagonal=1).abs().max() == 0
