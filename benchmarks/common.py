@@ -12,7 +12,6 @@ Not a benchmark itself: ``make bench`` runs the scripts beside it.
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import platform
@@ -162,13 +161,10 @@ def _git(*arguments: str) -> str | None:
 
 def library_hash() -> str:
     """A hash of transformer_lib's source: identifies the code where git is absent (a GPU box
-    receives a copy of the working tree without .git)."""
-    import transformer_lib
+    receives a copy of the working tree without .git). The same hash names cached runs."""
+    from transformer_lib.training import _library_hash
 
-    digest = hashlib.sha256()
-    for path in sorted(Path(transformer_lib.__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    return _library_hash()
 
 
 def manifest(device: torch.device) -> dict:

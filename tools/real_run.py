@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import git_commit  # tools/provenance.py, beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 
@@ -72,26 +74,6 @@ def check(args: argparse.Namespace) -> None:
         )
     if args.results.resolve() == args.work.resolve():
         raise UsageError("--results and --work must be different folders")
-
-
-def git_commit() -> dict:
-    """The commit of this checkout and whether it had changes; from $TRANSFORMER_LIB_COMMIT when
-    the copy has no git history (as on a machine that received only the working tree)."""
-
-    def git(*command: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", *command], cwd=ROOT, capture_output=True, text=True, timeout=30
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return {"git_commit": os.environ.get("TRANSFORMER_LIB_COMMIT"), "git_source": "environment"}
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"git_commit": commit, "git_dirty": bool(status), "git_source": "git"}
 
 
 def trained_steps(work: Path) -> int:
@@ -150,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.is_file() else []
         )
         manifest = {
-            **git_commit(),
+            **git_commit("TRANSFORMER_LIB_COMMIT"),
             "profile": args.profile,
             "commands": [e["command"] for e in history] + [this_command],
             "train_commands": [

@@ -22,9 +22,10 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+from provenance import git  # tools/provenance.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this tree's library, wherever the command is started from
@@ -57,16 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--calibrate", type=int, metavar="STEPS", help="time the base for STEPS, project the sweep"
     )
     return parser
-
-
-def _commit() -> str | None:
-    try:
-        found = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None  # not a git checkout (e.g. a copy of the tree on a GPU machine)
-    return found.stdout.strip()
 
 
 def list_variants(profile, max_steps: int | None) -> None:
@@ -182,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--calibrate needs at least 1 step, got {args.calibrate}")
             return calibrate(args, profile, work)
         provenance = {"command": " ".join(["python", "tools/table3.py", *(argv or sys.argv[1:])])}
-        provenance["commit"] = args.commit or _commit()
+        provenance["commit"] = args.commit or git("rev-parse", "HEAD")
         written = run_sweep(
             profile,
             out,
