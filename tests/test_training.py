@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 from toy_seq2seq import ToyModel, toy_batches
 
@@ -213,8 +214,11 @@ def test_resuming_gives_bitwise_identical_weights(tmp_path):
     steps = [r["step"] for r in lines if r["kind"] == "train"]
     assert steps == sorted(set(steps)) and steps[-1] == 20
     valid = [(r["step"], r["loss"]) for r in lines if r["kind"] == "valid"]
-    assert valid == [(r["step"], r["loss"]) for r in straight_lines if r["kind"] == "valid"]
-    assert len(valid) >= 6  # an epoch is 3 updates
+    # The first call validated after its last update (10); otherwise the same numbers.
+    assert 10 in [step for step, _ in valid]
+    straight_valid = [(r["step"], r["loss"]) for r in straight_lines if r["kind"] == "valid"]
+    assert [v for v in valid if v[0] != 10] == straight_valid
+    assert len(straight_valid) >= 6  # an epoch is 3 updates
 
 
 def test_run_folder_layout_and_checkpoint_rotation(tmp_path):
@@ -228,8 +232,38 @@ def test_run_folder_layout_and_checkpoint_rotation(tmp_path):
     records = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train_records] == [3, 6, 9, 12, 15, 17]
-    assert {"loss", "ppl", "lr", "tokens_per_s", "wall_s"} <= set(train_records[0])
-    assert any(r["kind"] == "valid" for r in records)  # validation after each epoch
+    assert {"loss", "ppl", "lr", "tokens_per_s", "wall_s", "elapsed_s"} <= set(train_records[0])
+    assert all(r["elapsed_s"] >= r["wall_s"] for r in records)  # the updates are part of it
+    valid_steps = [r["step"] for r in records if r["kind"] == "valid"]
+    assert valid_steps == [3, 6, 9, 12, 15, 17]  # after each epoch, and after the last update
+
+
+def test_valid_metrics_join_every_validation_record(tmp_path):
+    seen = []
+
+    def probe(model):
+        seen.append(model.training)
+        return {"probe": len(seen)}
+
+    model = ToyModel()
+    config = training.TrainingConfig(max_steps=7, warmup_steps=2, validate_every=3)
+    training.train(
+        model,
+        toy_batches,
+        config,
+        tmp_path / "run",
+        d_model=model.d_model,
+        pad_id=0,
+        valid_batches=toy_batches(-1)[:2],
+        valid_metrics=probe,
+        device="cpu",
+        progress=False,
+    )
+    records = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    valid = [(r["step"], r["probe"]) for r in records if r["kind"] == "valid"]
+    assert valid == [(3, 1), (6, 2), (7, 3)]
+    assert seen == [False, False, False]  # measured in eval mode
+    assert model.training  # and put back to training
 
 
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
@@ -296,3 +330,21 @@ def test_two_processes_with_gloo_hold_identical_weights(tmp_path):
         assert torch.equal(rank0[name], rank1[name]), name
     assert any(not torch.equal(rank0[n], initial[n]) for n in rank0)  # and they did train
     assert (tmp_path / "run/checkpoints/last.pt").is_file()  # written by rank 0
+
+
+def test_greedy_bleu_scores_the_greedy_translations_of_the_pairs(monkeypatch):
+    pairs = [("ein hund läuft", "a dog runs on the grass"), ("eine katze", "a cat sleeps now")]
+    written = ["a dog runs on grass", "a cat is sleeping now"]
+    calls = []
+
+    def fake_translate(model, tokenizer, sentences, beam_size, batch_size):
+        calls.append((model, tokenizer, list(sentences), beam_size))
+        return written
+
+    monkeypatch.setattr(training, "translate", fake_translate)
+    measured = training.greedy_bleu("tokenizer", pairs)("model")
+    assert calls == [("model", "tokenizer", ["ein hund läuft", "eine katze"], 1)]  # greedy
+    references = [target for _, target in pairs]
+    expected = sacrebleu.corpus_bleu(written, [references]).score
+    assert measured == {"bleu": expected, "bleu_sentences": 2}
+    assert 0 < measured["bleu"] < 100

@@ -2,9 +2,12 @@
 
     python tools/real_run.py --profile full --src de --tgt en \\
         --work runs/full-de-en --results results/multi30k-de-en [--time-limit 420]
+    python tools/real_run.py --profile laptop --src de --tgt en \\
+        --work runs/laptop-de-en --results results/multi30k-de-en-laptop
 
 Training runs as ``python -m transformer_lib train`` into the work folder (weights and checkpoints
-stay there). Run the same command again to continue: training resumes from the work folder's last
+stay there); a profile that trains as several processes (``laptop``: two CPU processes) is started
+under ``torch.distributed.run`` (torchrun). Run the same command again to continue: training resumes from the work folder's last
 checkpoint, and once it has reached its last update the command averages, evaluates every test
 set and writes the report (the files the chapter "The real run" reads) into the results folder.
 ``--time-limit`` bounds the training part of one command, for machines that take commands of a
@@ -26,7 +29,8 @@ from provenance import git_commit  # tools/provenance.py, beside this script
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 
-RESERVED = "multi30k-"  # results/multi30k-*: complete `full` runs only
+RESERVED = "multi30k-"  # results/multi30k-*: complete runs of a recorded profile only
+RECORDED = ("laptop", "full")  # the profiles whose complete runs the chapter shows
 
 
 class UsageError(ValueError):
@@ -39,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a Multi30k model, average its last checkpoints, evaluate it on every "
         "test set (beam 4, alpha 0.6) and write the report of the chapter 'The real run'.",
     )
-    parser.add_argument("--profile", required=True, choices=["ci", "full"], help="run size")
+    parser.add_argument("--profile", required=True, choices=["ci", *RECORDED], help="run size")
     parser.add_argument("--src", required=True, choices=["de", "en"], help="source language")
     parser.add_argument("--tgt", required=True, choices=["de", "en"], help="target language")
     parser.add_argument("--work", required=True, type=Path, help="run folder (checkpoints)")
@@ -66,11 +70,11 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError(f"--time-limit must be a number of seconds, got {args.time_limit}")
     if args.data_dir is not None and not args.data_dir.is_dir():
         raise UsageError(f"--data-dir {args.data_dir} is not a folder")
-    shortened = args.profile != "full" or args.max_steps is not None or args.limit is not None
-    if args.results.name.startswith(RESERVED) and shortened:
+    shortened = args.max_steps is not None or args.limit is not None
+    if args.results.name.startswith(RESERVED) and (shortened or args.profile not in RECORDED):
         raise UsageError(
-            f"{args.results} is reserved for complete runs of the full profile (no --max-steps, "
-            "no --limit): write other runs elsewhere, e.g. under runs/"
+            f"{args.results} is reserved for complete runs of the profiles {', '.join(RECORDED)} "
+            "(no --max-steps, no --limit): write other runs elsewhere, e.g. under runs/"
         )
     if args.results.resolve() == args.work.resolve():
         raise UsageError("--results and --work must be different folders")
@@ -93,14 +97,20 @@ def main(argv: list[str] | None = None) -> int:
         check(args)
         from transformer_lib.training import PROFILES
 
-        target = args.max_steps or PROFILES[args.profile].training.max_steps
+        profile = PROFILES[args.profile]
+        target = args.max_steps or profile.training.max_steps
         args.work.mkdir(parents=True, exist_ok=True)
         log_path = args.work / "real_run.jsonl"  # every command this run took, for the manifest
         entry = {"command": this_command, "started": started_at}
 
         steps = trained_steps(args.work)
         if steps < target:
-            train = [sys.executable, "-m", "transformer_lib", "train", "--profile", args.profile]
+            launcher = [sys.executable]
+            if profile.processes is not None and profile.processes > 1:
+                # torchrun gives each process one thread (OMP_NUM_THREADS=1): a core each.
+                launcher += ["-m", "torch.distributed.run", "--standalone"]
+                launcher += ["--nproc-per-node", str(profile.processes)]
+            train = [*launcher, "-m", "transformer_lib", "train", "--profile", args.profile]
             train += ["--src", args.src, "--tgt", args.tgt, "--out", str(args.work)]
             train += ["--resume"] if steps > 0 else []
             train += ["--max-steps", str(args.max_steps)] if args.max_steps else []
@@ -112,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
             }
+            if len(launcher) > 1:  # torchrun's own default, set here so that it need not warn
+                env.setdefault("OMP_NUM_THREADS", "1")
             done = subprocess.run(train, env=env)
             if done.returncode != 0:
                 return done.returncode

@@ -63,7 +63,9 @@ def add_train_command(commands) -> None:
         description="Train a Transformer on Multi30k into a run folder (config.json, "
         "metrics.jsonl, tokenizer.json, checkpoints/). Runs under torchrun for several GPUs.",
     )
-    command.add_argument("--profile", required=True, choices=["ci", "full"], help="run size")
+    command.add_argument(
+        "--profile", required=True, choices=["ci", "laptop", "full"], help="run size"
+    )
     command.add_argument("--src", required=True, choices=["de", "en"], help="source language")
     command.add_argument("--tgt", required=True, choices=["de", "en"], help="target language")
     command.add_argument("--out", required=True, type=Path, help="the run folder")
@@ -93,6 +95,7 @@ def run_train(args: argparse.Namespace) -> int:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(device)
         torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     try:
         summary = train_translation(
             args.profile,
@@ -109,6 +112,8 @@ def run_train(args: argparse.Namespace) -> int:
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+    if rank != 0:  # the first process speaks for all
+        return 0
     valid = summary["valid"]
     result = f"; validation loss {valid['loss']:.3f}" if valid else ""
     print(f"trained to step {summary['step']} in {summary['wall_s']:.0f} s{result}: {args.out}")
@@ -117,7 +122,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:209 (cell 10)
+# %% book/command_line.md:214 (cell 10)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -139,7 +144,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:276 (cell 14)
+# %% book/command_line.md:281 (cell 14)
 def _add_search_options(command) -> None:
     command.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint to use")
     command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
@@ -197,7 +202,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:367 (cell 18)
+# %% book/command_line.md:372 (cell 18)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

@@ -6,6 +6,7 @@
 """The report of a real run (paper §6.1 on Multi30k): the small text files kept under results/."""
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -23,6 +24,7 @@ from transformer_lib.evaluation import (
     write_text_atomically,
 )
 from transformer_lib.inspection import KINDS, attention_maps
+from transformer_lib.training import load_checkpoint
 
 TEST_SPLITS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
 TOKENIZED_SPLIT = "test_2016_flickr"  # where tutorials report lowercased, tokenized BLEU
@@ -62,7 +64,7 @@ def last_checkpoints(run_dir: Path, n: int = 5) -> list[Path]:
     return found[-n:]
 
 
-# %% book/real_run.md:210 (cell 10)
+# %% book/real_run.md:212 (cell 10)
 def token_labels(tokenizer: BPETokenizer, ids: Sequence[int]) -> list[str]:
     """A readable label for each BPE id: its text without the leading space that marks a word
     start, special tokens by name, ``␣`` for a piece that is only a space."""
@@ -105,15 +107,27 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
     }
 
 
-# %% book/real_run.md:259 (cell 12)
+# %% book/real_run.md:261 (cell 12)
+def cpu_name() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo) and its number of cores."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:  # not Linux: platform's answer stands
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
 def device_name(device: str | torch.device) -> str:
     """The GPU's name, or the CPU's with the number of threads PyTorch uses."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    processor = platform.processor() or platform.machine()
     threads = torch.get_num_threads()
-    return f"CPU ({processor}, {threads} thread{'' if threads == 1 else 's'})"
+    return f"CPU ({cpu_name()}; {threads} thread{'' if threads == 1 else 's'})"
 
 
 def library_versions() -> dict:
@@ -256,6 +270,7 @@ def write_report(
         write_text_atomically(out / name, (run_dir / name).read_text())
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     speeds = [r["tokens_per_s"] for r in records if r["kind"] == "train"]
+    last = load_checkpoint(run_dir / "checkpoints" / "last.pt")  # the clocks and the processes
     record = {
         **(manifest or {}),
         "device": device_name(device),
@@ -263,6 +278,9 @@ def write_report(
         "training": {
             "steps": int(checkpoint["step"]),
             "wall_s": round(float(checkpoint.get("wall", 0.0)), 1),  # updates only, all commands
+            # Everything the training loop did, validation and checkpoints included.
+            "elapsed_s": round(float(last.get("elapsed", last["wall"])), 1),
+            "processes": len(last["rng"]),  # one random state per process
             # Median over the log's windows, the first one left out (it includes warming up).
             "target_tokens_per_s": round(statistics.median(speeds[1:] or speeds), 1)
             if speeds
@@ -275,7 +293,7 @@ def write_report(
     return bleu
 
 
-# %% book/real_run.md:433 (cell 14)
+# %% book/real_run.md:451 (cell 14)
 def read_report(folder: Path) -> dict:
     """The files of a report folder, parsed: ``config``, ``metrics`` (a list of records),
     ``bleu``, ``samples`` (Markdown text), ``attention``, ``manifest`` and ``hypotheses``

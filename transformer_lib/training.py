@@ -276,6 +276,7 @@ def train(
     d_model: int,
     pad_id: int,
     valid_batches: Sequence | None = None,
+    valid_metrics: Callable[[nn.Module], dict] | None = None,
     model_config=None,
     metadata: dict | None = None,
     attachments: dict | None = None,
@@ -297,6 +298,12 @@ def train(
     call) ends the call early, after a whole update and with ``checkpoints/last.pt`` written, so a
     run can be split over jobs of limited length; the summary's ``finished`` says whether it got
     to ``max_steps``.
+
+    The loop validates every ``validate_every`` updates and after the last one.
+    ``valid_metrics(model)``, when given, adds its figures (e.g. the BLEU of a greedy translation
+    of some validation sentences) to each validation record; it sees the model in eval mode. Two clocks go into the metrics:
+    ``wall_s`` counts the updates alone, ``elapsed_s`` everything the loop did (validation and
+    checkpoints included); both add up over resumed calls.
     """
     rank, world = _distributed()
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -308,7 +315,7 @@ def train(
     optimizer, scheduler = make_optimizer(
         model, d_model, config.warmup_steps, config.lr_scale, config.betas, config.eps
     )
-    step, epoch, index, wall = 0, 0, 0, 0.0
+    step, epoch, index, wall, elapsed_before = 0, 0, 0, 0.0, 0.0
     if resume:
         state = load_checkpoint(folder / "last.pt", map_location=device)
         _check_resumable(state["config"], training, model_dict, metadata)
@@ -321,6 +328,7 @@ def train(
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         step, wall = state["step"], state["wall"]
+        elapsed_before = state.get("elapsed", wall)  # checkpoints of older versions lack it
         epoch, index = state["data"]["epoch"], state["data"]["batch"]
         set_rng_state(state["rng"][rank])
         if rank == 0:
@@ -354,11 +362,21 @@ def train(
             metrics.write(json.dumps(record) + "\n")
             metrics.flush()
 
+    def elapsed() -> float:
+        return elapsed_before + time.perf_counter() - called
+
+    def clocks() -> dict:
+        return {"wall_s": round(wall, 3), "elapsed_s": round(elapsed(), 3)}
+
     def validate() -> dict | None:
         if rank != 0 or not valid_batches:
             return None
         result = evaluate_loss(model, valid_batches, pad_id, device)
-        log({"kind": "valid", "step": step, "epoch": epoch, "wall_s": round(wall, 3), **result})
+        if valid_metrics is not None:
+            model.eval()
+            result.update(valid_metrics(model))
+            model.train()
+        log({"kind": "valid", "step": step, "epoch": epoch, **result, **clocks()})
         return result
 
     epoch_batches = batches(epoch)
@@ -417,7 +435,7 @@ def train(
                     "ppl": float(np.exp(min(mean, 50.0))),
                     "lr": lr,
                     "tokens_per_s": sums[1].item() / max(seconds, 1e-9),
-                    "wall_s": round(wall, 3),
+                    **clocks(),
                 }
                 log(record)
                 bar.set_postfix(
@@ -425,7 +443,8 @@ def train(
                 )
                 window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
             every = config.validate_every
-            if (every is None and epoch_ended) or (every is not None and step % every == 0):
+            due = epoch_ended if every is None else step % every == 0
+            if due or step == config.max_steps:
                 last_valid = validate() or last_valid
             regular = step % config.checkpoint_every == 0 or step == config.max_steps
             out_of_time = False
@@ -449,6 +468,7 @@ def train(
                         "config": {"training": training, "model": model_dict, "run": metadata},
                         "rng": rngs,
                         "wall": wall,
+                        "elapsed": elapsed(),
                         **(attachments or {}),
                     }
                     if regular:
@@ -462,10 +482,19 @@ def train(
         if metrics is not None:
             metrics.close()
     finished = step >= config.max_steps
-    return {"step": step, "epoch": epoch, "wall_s": wall, "valid": last_valid, "finished": finished}
+    return {
+        "step": step,
+        "epoch": epoch,
+        "wall_s": wall,
+        "elapsed_s": elapsed(),
+        "valid": last_valid,
+        "finished": finished,
+    }
 
 
-# %% book/training.md:731 (cell 27)
+# %% book/training.md:758 (cell 27)
+import sacrebleu
+
 from transformer_lib.data import (
     PAD_ID,
     VOCAB_SIZE,
@@ -475,6 +504,7 @@ from transformer_lib.data import (
     load_multi30k,
     make_batches,
 )
+from transformer_lib.decoding import translate
 from transformer_lib.model import Transformer, TransformerConfig
 
 
@@ -486,6 +516,8 @@ class Profile:
     training: TrainingConfig
     vocab_size: int = VOCAB_SIZE  # the joint BPE vocabulary the data chapter chose
     max_len: int = 128  # training pairs with a longer side (in BPE tokens) are left out
+    bleu_sentences: int = 0  # validation sentences translated (greedy) at each validation
+    processes: int | None = None  # None: any number (one per GPU); N: exactly N processes
 
 
 PROFILES = {
@@ -505,6 +537,23 @@ PROFILES = {
         ),
         vocab_size=2000,  # on a CPU the projection onto the vocabulary dominates the cost
     ),
+    "laptop": Profile(
+        model=TransformerConfig(
+            VOCAB_SIZE, VOCAB_SIZE, d_model=256, d_ff=1024, n_heads=4, n_layers=3, dropout=0.2
+        ),
+        training=TrainingConfig(
+            max_steps=1500,
+            warmup_steps=400,
+            lr_scale=0.5,
+            max_tokens=2048,  # per process: 4,096 a side per update
+            log_every=25,
+            checkpoint_every=100,
+            keep_checkpoints=5,
+            validate_every=100,
+        ),
+        bleu_sentences=500,
+        processes=2,
+    ),
     "full": Profile(
         model=TransformerConfig(
             VOCAB_SIZE, VOCAB_SIZE, d_model=256, d_ff=1024, n_heads=4, n_layers=4, dropout=0.3
@@ -521,6 +570,21 @@ PROFILES = {
         ),
     ),
 }
+
+
+def greedy_bleu(
+    tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], batch_size: int = 100
+) -> Callable[[nn.Module], dict]:
+    """A ``valid_metrics`` for :func:`train`: the model's greedy translations of the ``pairs``'
+    sources, scored against their targets with sacreBLEU (cased, detokenized)."""
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+
+    def measure(model: nn.Module) -> dict:
+        hypotheses = translate(model, tokenizer, sources, beam_size=1, batch_size=batch_size)
+        bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+        return {"bleu": bleu, "bleu_sentences": len(pairs)}
+
+    return measure
 
 
 def _writable_folder(out: Path) -> None:
@@ -578,6 +642,12 @@ def train_translation(
     _writable_folder(out)
 
     rank, world = _distributed()
+    if profile.processes is not None and world != profile.processes:
+        raise ValueError(
+            f"the {name} profile trains as {profile.processes} processes and this is {world}: "
+            f"start it with torchrun --standalone --nproc-per-node {profile.processes} "
+            "-m transformer_lib train ... (tools/real_run.py does)"
+        )
     tokenizer_path = out / "tokenizer.json"
     if rank == 0 and not tokenizer_path.is_file():
         sentences = [sentence for pair in train_pairs for sentence in pair]
@@ -600,6 +670,7 @@ def train_translation(
         world,
     )
     valid_batches = make_batches(encode_pairs(tokenizer, valid_pairs), training.max_tokens)
+    bleu_pairs = valid_pairs[: profile.bleu_sentences]  # the first N: a fixed sample
     metadata = {"data": "multi30k", "src": src, "tgt": tgt, "profile": name}
     return train(
         model,
@@ -609,6 +680,7 @@ def train_translation(
         d_model=config.d_model,
         pad_id=PAD_ID,
         valid_batches=valid_batches,
+        valid_metrics=greedy_bleu(tokenizer, bleu_pairs) if bleu_pairs else None,
         model_config=config,
         metadata=metadata,
         attachments={"tokenizer": tokenizer.to_json()},
@@ -619,7 +691,7 @@ def train_translation(
     )
 
 
-# %% book/training.md:896 (cell 29)
+# %% book/training.md:968 (cell 29)
 import fcntl
 import hashlib
 

@@ -1,0 +1,271 @@
+"""Choose the `laptop` profile by measurement: candidates trained for equal minutes, scored by BLEU.
+
+Each candidate is the search's starting point with one change (width, depth, feed-forward size,
+vocabulary, batch size, learning rate, warm-up or dropout). All of them train German to English
+as the profile does (two processes of one thread each) and are compared at equal minutes of
+training on this machine, as numbers of updates: ``calibrate`` measures every candidate's seconds
+per update, ``rung --minutes M`` trains each one (resuming) to the updates that fill M minutes and
+scores it by the cased BLEU of its greedy translation of the whole validation split. Formula (3)'s
+schedule does not depend on the length of the run, so a candidate stopped at M minutes is exactly
+the first M minutes of a longer run: the rungs of a successive-halving search can continue the
+runs of the earlier ones.
+
+    python tools/laptop_search.py calibrate                 # on a quiet machine
+    python tools/laptop_search.py rung --minutes 18         # every candidate
+    python tools/laptop_search.py rung --minutes 40 --only lr_1.0,dropout_0.1
+    python tools/laptop_search.py table
+
+Results go to results/laptop-search/: ``search.jsonl`` (one line per calibration and per
+candidate and rung), each candidate's ``metrics.jsonl`` and a manifest. The runs' checkpoints stay
+in the work folder (``--work``, default runs/laptop-search/).
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from provenance import git_commit  # tools/provenance.py, beside this script
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
+
+RESULTS = ROOT / "results" / "laptop-search"
+SRC, TGT = "de", "en"
+PROCESSES = 2  # one per core: 20% faster than one process of two threads on 2 cores
+CALIBRATION_STEPS = 35  # the first 5 are left out (they include warming up)
+
+# One change each to the starting point: (TransformerConfig changes, TrainingConfig changes,
+# Profile changes). The starting point is the untuned first try (d_model 256, 3+3 layers, d_ff
+# 1024, 8k joint BPE, dropout 0.2, updates of 4,096 tokens a side, half rate, 400 warm-up).
+CANDIDATES = {
+    "start": ({}, {}, {}),
+    "lr_1.0": ({}, {"lr_scale": 1.0}, {}),
+    "warmup_200": ({}, {"warmup_steps": 200}, {}),
+    "dropout_0.1": ({"dropout": 0.1}, {}, {}),
+    "dropout_0.3": ({"dropout": 0.3}, {}, {}),
+    "vocab_6000": ({}, {}, {"vocab_size": 6000}),
+    "batch_2048": ({}, {"max_tokens": 1024, "warmup_steps": 800}, {}),
+    "layers_4": ({"n_layers": 4}, {}, {}),
+    "d_ff_512": ({"d_ff": 512}, {}, {}),
+}
+
+
+def candidate_profile(name: str, **training_changes):
+    """The Profile of candidate ``name`` (``training_changes`` override the training config)."""
+    from transformer_lib.model import TransformerConfig
+    from transformer_lib.training import Profile, TrainingConfig
+
+    model_changes, training, profile_changes = CANDIDATES[name]
+    start = Profile(
+        model=TransformerConfig(
+            8000, 8000, d_model=256, d_ff=1024, n_heads=4, n_layers=3, dropout=0.2
+        ),
+        training=TrainingConfig(
+            max_steps=100_000,  # each rung sets how far to go
+            warmup_steps=400,
+            lr_scale=0.5,
+            max_tokens=2048,  # per process
+            log_every=25,
+            checkpoint_every=50,
+            keep_checkpoints=100,  # all of them: the averaging window is chosen afterwards
+            validate_every=100,
+        ),
+        bleu_sentences=500,
+        processes=PROCESSES,
+    )
+    return dataclasses.replace(
+        start,
+        model=dataclasses.replace(start.model, **model_changes),
+        training=dataclasses.replace(start.training, **{**training, **training_changes}),
+        **profile_changes,
+    )
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One candidate's training, run under torchrun by ``calibrate`` and ``rung``."""
+    import torch
+
+    from transformer_lib.training import train_translation
+
+    torch.distributed.init_process_group("gloo")
+    try:
+        changes = {}
+        if args.calibrate:
+            changes = dict(log_every=5, validate_every=10**9, checkpoint_every=10**9)
+        profile = candidate_profile(args.name, **changes)
+        if args.calibrate:
+            profile = dataclasses.replace(profile, bleu_sentences=0)
+        last = args.out / "checkpoints" / "last.pt"
+        train_translation(
+            profile,
+            SRC,
+            TGT,
+            args.out,
+            resume=last.is_file(),
+            max_steps=args.steps,
+            progress=False,
+        )
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def launch(name: str, out: Path, steps: int, calibrate: bool = False) -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", str(PROCESSES), str(Path(__file__).resolve()), "_worker"]
+    command += [name, "--out", str(out), "--steps", str(steps)]
+    command += ["--calibrate"] if calibrate else []
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    subprocess.run(command, env=env, check=True)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def append(record: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS / "search.jsonl", "a") as file:
+        file.write(json.dumps(record) + "\n")
+    print(json.dumps(record), flush=True)
+
+
+def seconds_per_update() -> dict[str, float]:
+    records = read_jsonl(RESULTS / "search.jsonl")
+    return {r["name"]: r["s_per_update"] for r in records if r["kind"] == "calibration"}
+
+
+def calibrate(args: argparse.Namespace) -> None:
+    done = seconds_per_update()
+    for name in selected(args):
+        if name in done:
+            continue
+        out = args.work / "calibration" / name
+        if out.exists():
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+        launch(name, out, CALIBRATION_STEPS, calibrate=True)
+        train = [r for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
+        first, last = train[0], train[-1]  # steps 5 and 35
+        seconds = (last["wall_s"] - first["wall_s"]) / (last["step"] - first["step"])
+        append({"kind": "calibration", "name": name, "s_per_update": round(seconds, 4)})
+
+
+def validation_bleu(run: Path) -> dict:
+    """Cased BLEU of the greedy translation of the whole validation split by ``last.pt``."""
+    from transformer_lib.evaluation import evaluate_split, load_translator
+
+    model, tokenizer, checkpoint = load_translator(run / "checkpoints" / "last.pt")
+    scores, _ = evaluate_split(model, tokenizer, "val", SRC, TGT, beam_size=1, batch_size=100)
+    return {"step": int(checkpoint["step"]), "bleu": scores["bleu"], "chrf": scores["chrf"]}
+
+
+def rung(args: argparse.Namespace) -> None:
+    speeds = seconds_per_update()
+    done = {
+        (r["name"], r["minutes"])
+        for r in read_jsonl(RESULTS / "search.jsonl")
+        if r["kind"] == "rung"
+    }
+    for name in selected(args):
+        if name not in speeds:
+            raise SystemExit(f"{name} is not calibrated: run `calibrate` first")
+        if (name, args.minutes) in done:
+            continue
+        steps = round(args.minutes * 60 / speeds[name])
+        out = args.work / name
+        started = time.perf_counter()
+        launch(name, out, steps)
+        trained_s = time.perf_counter() - started
+        metrics = read_jsonl(out / "metrics.jsonl")
+        valid = [r for r in metrics if r["kind"] == "valid" and r["step"] == steps][-1]
+        scored = validation_bleu(out)
+        append(
+            {
+                "kind": "rung",
+                "name": name,
+                "minutes": args.minutes,
+                "steps": steps,
+                "valid_loss": round(valid["loss"], 4),
+                "sample_bleu": round(valid["bleu"], 2),  # greedy, the first 500 sentences
+                "valid_bleu": round(scored["bleu"], 2),  # greedy, all 1,014 sentences
+                "valid_chrf": round(scored["chrf"], 2),
+                "elapsed_s": round(valid["elapsed_s"], 1),
+                "command_s": round(trained_s, 1),
+            }
+        )
+        (RESULTS / "runs").mkdir(parents=True, exist_ok=True)
+        (RESULTS / "runs" / f"{name}.metrics.jsonl").write_text((out / "metrics.jsonl").read_text())
+    write_manifest(args)
+
+
+def write_manifest(args: argparse.Namespace) -> None:
+    import torch
+
+    from transformer_lib.report import cpu_name, library_versions
+
+    manifest = {
+        **git_commit("TRANSFORMER_LIB_COMMIT"),
+        "cpu": cpu_name(),
+        "processes": PROCESSES,
+        "threads_per_process": 1,
+        "versions": library_versions(),
+        "torch_threads_here": torch.get_num_threads(),
+        "candidates": {
+            name: {"model": m, "training": t, "profile": p}
+            for name, (m, t, p) in CANDIDATES.items()
+        },
+        "last_command": shlex.join(["python", "tools/laptop_search.py", *sys.argv[1:]]),
+        "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (RESULTS / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def table(args: argparse.Namespace) -> None:
+    speeds = seconds_per_update()
+    rungs = [r for r in read_jsonl(RESULTS / "search.jsonl") if r["kind"] == "rung"]
+    print(f"{'candidate':14} {'s/update':>8} {'min':>4} {'steps':>6} {'loss':>6} {'BLEU':>6}")
+    for r in sorted(rungs, key=lambda r: (r["minutes"], -r["valid_bleu"])):
+        print(
+            f"{r['name']:14} {speeds[r['name']]:8.3f} {r['minutes']:4g} {r['steps']:6d} "
+            f"{r['valid_loss']:6.3f} {r['valid_bleu']:6.2f}"
+        )
+
+
+def selected(args: argparse.Namespace) -> list[str]:
+    names = args.only.split(",") if args.only else list(CANDIDATES)
+    unknown = [name for name in names if name not in CANDIDATES]
+    if unknown:
+        raise SystemExit(f"unknown candidates {unknown}: choose from {list(CANDIDATES)}")
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python tools/laptop_search.py", description=__doc__)
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "laptop-search")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, run in (("calibrate", calibrate), ("rung", rung), ("table", table)):
+        command = commands.add_parser(name)
+        command.add_argument("--only", help="comma-separated candidate names")
+        if name == "rung":
+            command.add_argument("--minutes", type=float, required=True)
+        command.set_defaults(run=run)
+    hidden = commands.add_parser("_worker")
+    hidden.add_argument("name", choices=list(CANDIDATES))
+    hidden.add_argument("--out", type=Path, required=True)
+    hidden.add_argument("--steps", type=int, required=True)
+    hidden.add_argument("--calibrate", action="store_true")
+    hidden.set_defaults(run=worker)
+    args = parser.parse_args()
+    if args.command != "_worker":
+        args.work = args.work.resolve()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
