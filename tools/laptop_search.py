@@ -4,7 +4,8 @@ Each candidate is the search's starting point with one change (width, depth, fee
 vocabulary, batch size, learning rate, warm-up or dropout). All of them train German to English
 as the profile does (two processes of one thread each) and are compared at equal minutes of
 training on this machine, as numbers of updates: ``calibrate`` measures every candidate's seconds
-per update, ``rung --minutes M`` trains each one (resuming) to the updates that fill M minutes and
+per update (once for candidates that differ only in settings that cost nothing, such as the
+learning rate or the dropout rate), ``rung --minutes M`` trains each one (resuming) to the updates that fill M minutes and
 scores it by the cased BLEU of its greedy translation of the whole validation split. Formula (3)'s
 schedule does not depend on the length of the run, so a candidate stopped at M minutes is exactly
 the first M minutes of a longer run: the rungs of a successive-halving search can continue the
@@ -136,15 +137,31 @@ def append(record: dict) -> None:
     print(json.dumps(record), flush=True)
 
 
+def cost_twin(name: str) -> str:
+    """The first candidate whose updates cost what ``name``'s do: the same shapes, sizes and
+    batches (the learning rate, warm-up and dropout rate change no computation)."""
+    free = {"dropout", "lr_scale", "warmup_steps"}
+
+    def shape(candidate: str) -> tuple:
+        profile = candidate_profile(candidate)
+        model = {k: v for k, v in dataclasses.asdict(profile.model).items() if k not in free}
+        training = {k: v for k, v in dataclasses.asdict(profile.training).items() if k not in free}
+        return repr((model, training, profile.vocab_size))
+
+    return next(other for other in CANDIDATES if shape(other) == shape(name))
+
+
 def seconds_per_update() -> dict[str, float]:
+    """Each candidate's calibrated seconds per update (its cost twin's)."""
     records = read_jsonl(RESULTS / "search.jsonl")
-    return {r["name"]: r["s_per_update"] for r in records if r["kind"] == "calibration"}
+    measured = {r["name"]: r["s_per_update"] for r in records if r["kind"] == "calibration"}
+    return {name: measured[cost_twin(name)] for name in CANDIDATES if cost_twin(name) in measured}
 
 
 def calibrate(args: argparse.Namespace) -> None:
     done = seconds_per_update()
     for name in selected(args):
-        if name in done:
+        if name in done or cost_twin(name) != name:
             continue
         out = args.work / "calibration" / name
         if out.exists():
