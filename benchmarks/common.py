@@ -13,12 +13,9 @@ Not a benchmark itself: ``make bench`` runs the scripts beside it.
 import argparse
 import datetime
 import json
-import os
-import platform
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -26,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from transformer_lib.evaluation import write_text_atomically
+from transformer_lib.provenance import device_name, environment, write_text_atomically
+from transformer_lib.recipe import library_hash
 
 ROOT = (
     Path(__file__).resolve().parent.parent
@@ -129,19 +127,6 @@ def compare(label: str, ours: float, peer: float, unit: str, higher_is_better: b
     return {"label": label, "ours": ours, "peer": peer, "unit": unit, "ratio": ratio}
 
 
-def device_name(device: torch.device) -> str:
-    """The device in words: the GPU's name, or the CPU's model."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def device_slug(device: torch.device) -> str:
     """A folder name for the device: ``cpu`` or the GPU's name, e.g. ``nvidia-h100-80gb-hbm3``."""
     if device.type == "cpu":
@@ -149,42 +134,17 @@ def device_slug(device: torch.device) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device_name(device).lower()).strip("-")
 
 
-def _git(*arguments: str) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", *arguments], cwd=ROOT, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def library_hash() -> str:
-    """A hash of transformer_lib's source: identifies the code where git is absent (a GPU box
-    receives a copy of the working tree without .git). The same hash names cached runs."""
-    from transformer_lib.training import _library_hash
-
-    return _library_hash()
-
-
 def manifest(device: torch.device) -> dict:
     """Where a result comes from: code, command, machine, versions, date."""
-    commit = _git("rev-parse", "HEAD") or os.environ.get("GIT_COMMIT")
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
     info = {
-        "git_commit": commit,
-        "git_dirty": None if dirty is None else bool(dirty),
-        "library_hash": library_hash(),
+        **environment(device),
+        "library_hash": library_hash(),  # names the code where git is absent, as cached runs do
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-        "device": device_name(device),
         "device_type": device.type,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
         "threads": torch.get_num_threads(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     if device.type == "cuda":
-        info["cuda"] = torch.version.cuda
         info["gpu_memory_gib"] = round(
             torch.cuda.get_device_properties(device).total_memory / 2**30, 1
         )

@@ -21,16 +21,9 @@ from tokenizers import ByteLevelBPETokenizer
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
-from transformer_lib.data import (
-    PAD_ID,
-    SPECIAL_TOKENS,
-    VOCAB_SIZE,
-    BPETokenizer,
-    DataError,
-    encode_pairs,
-    load_multi30k,
-    make_batches,
-)
+from transformer_lib.batching import encode_pairs, make_batches
+from transformer_lib.data import DataError, load_multi30k
+from transformer_lib.tokenizer import PAD_ID, SPECIAL_TOKENS, VOCAB_SIZE, BPETokenizer
 
 TUTORIAL_BATCH = 128  # sentences per batch in the PyTorch translation tutorial
 

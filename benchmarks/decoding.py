@@ -27,15 +27,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib.data import BOS_ID, VOCAB_SIZE, BPETokenizer, load_multi30k
+from transformer_lib.data import load_multi30k
 from transformer_lib.decoding import (
     IncrementalDecoder,
     RerunDecoder,
+    SearchConfig,
     beam_search,
     greedy_search,
     translate,
 )
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.tokenizer import BOS_ID, VOCAB_SIZE, BPETokenizer
 
 BATCH, SOURCE_LENGTH = 32, 20
 NO_END = -1  # an end-of-sentence id no token has: every search runs to its length limit
@@ -146,8 +148,9 @@ def time_test_set(model, device, data_dir) -> dict:
     pairs = load_multi30k("train", "de", "en", data_dir)
     tokenizer = BPETokenizer.train([s for pair in pairs for s in pair], VOCAB_SIZE)
     sources = [source for source, _ in load_multi30k("test_2016_flickr", "de", "en", data_dir)]
-    translate(model, tokenizer, sources[:64], beam_size=4)  # warm-up: kernels, allocator
-    seconds = best_time(lambda: translate(model, tokenizer, sources, beam_size=4), device, 1)
+    search = SearchConfig(beam_size=4)
+    translate(model, tokenizer, sources[:64], search)  # warm-up: kernels, allocator
+    seconds = best_time(lambda: translate(model, tokenizer, sources, search), device, 1)
     print(f"test_2016_flickr, {len(sources)} sentences, beam 4: {seconds:.1f} s (random weights)")
     return {"sentences": len(sources), "beam_size": 4, "seconds": seconds}
 

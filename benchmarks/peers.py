@@ -17,8 +17,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lib.attention import MultiHeadAttention, padding_mask, subsequent_mask
-from transformer_lib.data import PAD_ID, Batch
+from transformer_lib.batching import Batch
 from transformer_lib.model import Embeddings, PositionalEncoding, Transformer, TransformerConfig
+from transformer_lib.tokenizer import PAD_ID
 
 
 class TorchTransformer(nn.Module):

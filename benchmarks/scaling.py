@@ -20,9 +20,9 @@ import numpy as np
 import peers
 import torch
 
-from transformer_lib.data import PAD_ID
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.performance import training_flops
+from transformer_lib.tokenizer import PAD_ID
 from transformer_lib.training import label_smoothed_loss, make_optimizer
 
 LENGTHS = (16, 32, 64, 128, 256, 512, 1024)

@@ -33,18 +33,11 @@ import peers
 import torch
 from torch import nn
 
-from transformer_lib.data import (
-    PAD_ID,
-    Batch,
-    BPETokenizer,
-    DataError,
-    collate,
-    encode_pairs,
-    load_multi30k,
-    plan_batches,
-)
+from transformer_lib.batching import Batch, collate, encode_pairs, plan_batches
+from transformer_lib.data import DataError, load_multi30k
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.performance import peak_for, training_flops
+from transformer_lib.tokenizer import PAD_ID, BPETokenizer
 from transformer_lib.training import label_smoothed_loss, make_optimizer
 
 

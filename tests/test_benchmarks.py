@@ -13,9 +13,9 @@ from helpers import assert_close
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from transformer_lib.data import PAD_ID
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.performance import PEAKS, forward_flops, peak_for, training_flops
+from transformer_lib.tokenizer import PAD_ID
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their siblings by name
@@ -189,7 +189,8 @@ def test_a_benchmark_writes_its_result_with_a_manifest(tmp_path):
     assert "ratio" in done.stdout
     saved = json.loads((out / "train_step.json").read_text())
     manifest = saved["manifest"]
-    assert manifest["device"] and manifest["torch"] == torch.__version__
+    assert manifest["device"] and manifest["versions"]["torch"] == torch.__version__
+    assert "git_commit" in manifest
     assert "train_step.py" in manifest["command"] and manifest["library_hash"]
     assert saved["results"]["comparisons"][0]["label"] == "training, target tokens/s"
     loaded = common.load_results(tmp_path)

@@ -44,7 +44,7 @@ def test_importing_the_package_is_light():
 def test_average_writes_the_mean(tmp_path):
     import torch
 
-    from transformer_lib.training import load_checkpoint, save_checkpoint
+    from transformer_lib.checkpoints import load_checkpoint, save_checkpoint
 
     for step, value in [(1, 2.0), (2, 4.0)]:
         state = {"model": {"w": torch.full((3,), value)}, "step": step, "config": {"model": {}}}
@@ -115,7 +115,7 @@ def test_train_writes_a_run_and_resumes_it(tmp_path):
 
     import torch
 
-    from transformer_lib.training import load_checkpoint
+    from transformer_lib.checkpoints import load_checkpoint
 
     out = tmp_path / "run"
     first = train("--out", str(out), "--max-steps", "2")
@@ -145,7 +145,7 @@ def test_train_under_torchrun_with_two_processes(tmp_path):
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    from transformer_lib.training import load_checkpoint
+    from transformer_lib.checkpoints import load_checkpoint
 
     state = load_checkpoint(out / "checkpoints" / "last.pt")
     assert state["step"] == 2 and len(state["rng"]) == 2  # both processes' random states
@@ -167,7 +167,7 @@ def checkpoint(tmp_path_factory):
 def test_translate_keeps_lines_in_order_with_empty_and_over_long_ones(checkpoint):
     import torch
 
-    from transformer_lib.decoding import translate
+    from transformer_lib.decoding import SearchConfig, translate
     from transformer_lib.evaluation import load_translator
 
     lines = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "Hund " * 1500]
@@ -185,13 +185,13 @@ def test_translate_keeps_lines_in_order_with_empty_and_over_long_ones(checkpoint
     assert "warning: sentence 4 has" in result.stderr and "Traceback" not in result.stderr
     model, tokenizer, _ = load_translator(checkpoint)
     torch.manual_seed(0)
-    expected = translate(model, tokenizer, lines[:3], beam_size=2)
+    expected = translate(model, tokenizer, lines[:3], SearchConfig(beam_size=2))
     assert outputs[:3] == expected  # the command is the library function
 
 
 def test_translate_bad_beam_is_a_usage_error(tmp_path):
     result = run("translate", "--checkpoint", str(tmp_path / "x.pt"), "--beam", "0")
-    assert result.returncode == 2 and "--beam" in result.stderr
+    assert result.returncode == 2 and "--beam" in result.stderr, result.stderr
 
 
 def test_translate_missing_checkpoint_is_a_usage_error(tmp_path):
@@ -202,7 +202,7 @@ def test_translate_missing_checkpoint_is_a_usage_error(tmp_path):
 def test_translate_checkpoint_without_tokenizer_is_refused(tmp_path):
     import torch
 
-    from transformer_lib.training import save_checkpoint
+    from transformer_lib.checkpoints import save_checkpoint
 
     path = tmp_path / "bare.pt"
     save_checkpoint({"model": {"w": torch.zeros(2)}, "step": 1, "config": {}}, path)

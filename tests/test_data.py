@@ -15,25 +15,24 @@ from hypothesis import strategies as st
 
 from transformer_lib import data
 from transformer_lib.attention import padding_mask, subsequent_mask
+from transformer_lib.batching import Batch, BatchesByLength, collate, encode_pairs, make_batches
 from transformer_lib.data import (
-    BOS_ID,
-    EOS_ID,
     MULTI30K_SHA256,
-    PAD_ID,
-    SPECIAL_TOKENS,
-    UNK_ID,
-    Batch,
-    BatchesByLength,
-    BPETokenizer,
     ChecksumError,
     DataError,
     DataNotFoundError,
-    collate,
-    encode_pairs,
     load_multi30k,
     load_parallel,
-    make_batches,
     multi30k_file,
+)
+from transformer_lib.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    VOCAB_SIZE,
+    BPETokenizer,
 )
 
 SHARED = Path(
@@ -243,8 +242,8 @@ def test_load_errors(tmp_path):
 def test_every_training_sentence_round_trips():
     train = load_multi30k("train", data_dir=SHARED)
     text = [s for pair in train for s in pair]
-    bpe = BPETokenizer.train(text, vocab_size=data.VOCAB_SIZE)
-    assert bpe.vocab_size == data.VOCAB_SIZE
+    bpe = BPETokenizer.train(text, vocab_size=VOCAB_SIZE)
+    assert bpe.vocab_size == VOCAB_SIZE
     ids = bpe.encode_batch(text)
     assert not any(UNK_ID in s for s in ids)
     decoded = bpe.decode_batch(ids)

@@ -135,9 +135,9 @@ def test_beam_size_must_be_positive():
 # --- The model as a decoder state: incremental decoding against re-running the decoder.
 
 from transformer_lib.attention import padding_mask  # noqa: E402
-from transformer_lib.data import BOS_ID, EOS_ID  # noqa: E402
 from transformer_lib.decoding import IncrementalDecoder, RerunDecoder  # noqa: E402
 from transformer_lib.model import Transformer, TransformerConfig  # noqa: E402
+from transformer_lib.tokenizer import BOS_ID, EOS_ID  # noqa: E402
 
 
 def random_model(seed: int, **changes) -> Transformer:
@@ -209,8 +209,8 @@ def test_greedy_and_beam_give_the_same_tokens_with_either_state(seed):
 
 # --- translate(): text in, text out, in order, batched as if one at a time.
 
-from transformer_lib.data import BPETokenizer  # noqa: E402
-from transformer_lib.decoding import translate  # noqa: E402
+from transformer_lib.decoding import SearchConfig, translate  # noqa: E402
+from transformer_lib.tokenizer import BPETokenizer  # noqa: E402
 
 SENTENCES = [
     "Ein Hund rennt durch das Gras.",
@@ -234,10 +234,11 @@ def test_translate_batched_equals_one_at_a_time(tokenizer, beam_size):
     )
     model = model.double()
     together = translate(
-        model, tokenizer, SENTENCES, beam_size=beam_size, batch_size=4, extra_length=6
+        model, tokenizer, SENTENCES, SearchConfig(beam_size, extra_length=6, batch_size=4)
     )
     alone = [
-        translate(model, tokenizer, [s], beam_size=beam_size, extra_length=6)[0] for s in SENTENCES
+        translate(model, tokenizer, [s], SearchConfig(beam_size, extra_length=6))[0]
+        for s in SENTENCES
     ]
     assert together == alone
     assert together[1] == "" and together[4] == ""
@@ -249,5 +250,5 @@ def test_translate_cuts_a_too_long_sentence_with_a_warning(tokenizer):
         6, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, max_len=12
     )
     with pytest.warns(UserWarning, match="translating its beginning only"):
-        out = translate(model, tokenizer, [SENTENCES[2] * 3], beam_size=2)
+        out = translate(model, tokenizer, [SENTENCES[2] * 3], SearchConfig(beam_size=2))
     assert isinstance(out[0], str)

@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
+from transformer_lib.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from transformer_lib.evaluation import average_checkpoints, average_state_dicts, corpus_scores
-from transformer_lib.training import CheckpointError, load_checkpoint, save_checkpoint
 
 
 def state(value, dtype=torch.float32):

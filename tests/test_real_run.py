@@ -16,9 +16,10 @@ import torch
 from toy_seq2seq import ToyModel, toy_batches
 
 from transformer_lib import training
+from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.data import multi30k_file
 from transformer_lib.report import REPORT_FILES, TEST_SPLITS, read_report
-from transformer_lib.training import TrainingConfig, load_checkpoint
+from transformer_lib.training import TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = sorted((ROOT / "results").glob("multi30k-*"))
@@ -147,8 +148,8 @@ def test_the_script_writes_every_artifact(tiny_report):
 def test_attention_labels_fit_the_model_that_wrote_them(tiny_report):
     """The stored weights equal those read straight off the averaged model's modules, with the
     decoder fed <s> + translation; the labels spell the source and the translation."""
-    from transformer_lib.data import BOS_ID, EOS_ID
     from transformer_lib.evaluation import load_translator
+    from transformer_lib.tokenizer import BOS_ID, EOS_ID
 
     attention = read_report(tiny_report)["attention"]
     assert len(attention["sentences"]) == 3
@@ -158,7 +159,7 @@ def test_attention_labels_fit_the_model_that_wrote_them(tiny_report):
         out = tokenizer.encode(sentence["translation"]) + [EOS_ID]
         with torch.no_grad():
             memory = model.encode(torch.tensor([src]))
-            model.decode(torch.tensor([[BOS_ID] + out[:-1]]), memory, need_weights=True)
+            model.decode(torch.tensor([[BOS_ID] + out[:-1]]), memory, None, need_weights=True)
         cross = torch.stack([layer.cross_attn.weights[0] for layer in model.decoder.layers])
         stored = torch.tensor(sentence["weights"]["cross"])  # (N, h, T, S)
         assert stored.shape == cross.shape == (2, 4, len(out), len(src))

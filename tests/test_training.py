@@ -13,15 +13,19 @@ import sacrebleu
 import torch
 from toy_seq2seq import ToyModel, toy_batches
 
-from transformer_lib import training
-from transformer_lib.training import (
+from transformer_lib import recipe, training
+from transformer_lib.checkpoints import (
     CheckpointError,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from transformer_lib.training import (
     TrainingConfig,
     label_smoothed_loss,
-    load_checkpoint,
     make_optimizer,
     rate,
-    save_checkpoint,
     smoothed_targets,
 )
 
@@ -111,7 +115,7 @@ def test_checkpoint_round_trip(tmp_path):
         "model": {"w": torch.randn(3)},
         "step": 7,
         "config": {"a": [1, 2]},
-        "rng": training.rng_state(),
+        "rng": rng_state(),
     }
     save_checkpoint(state, tmp_path / "c.pt")
     loaded = load_checkpoint(tmp_path / "c.pt")
@@ -124,9 +128,9 @@ def test_rng_state_restores_every_generator():
     import numpy as np
 
     torch.manual_seed(3)
-    saved = training.rng_state()
+    saved = rng_state()
     first = (random.random(), np.random.rand(), torch.rand(2))
-    training.set_rng_state(saved)
+    set_rng_state(saved)
     again = (random.random(), np.random.rand(), torch.rand(2))
     assert first[0] == again[0] and first[1] == again[1] and torch.equal(first[2], again[2])
 
@@ -337,12 +341,12 @@ def test_greedy_bleu_scores_the_greedy_translations_of_the_pairs(monkeypatch):
     written = ["a dog runs on grass", "a cat is sleeping now"]
     calls = []
 
-    def fake_translate(model, tokenizer, sentences, beam_size, batch_size):
-        calls.append((model, tokenizer, list(sentences), beam_size))
+    def fake_translate(model, tokenizer, sentences, search):
+        calls.append((model, tokenizer, list(sentences), search.beam_size))
         return written
 
-    monkeypatch.setattr(training, "translate", fake_translate)
-    measured = training.greedy_bleu("tokenizer", pairs)("model")
+    monkeypatch.setattr(recipe, "translate", fake_translate)
+    measured = recipe.greedy_bleu("tokenizer", pairs)("model")
     assert calls == [("model", "tokenizer", ["ein hund läuft", "eine katze"], 1)]  # greedy
     references = [target for _, target in pairs]
     expected = sacrebleu.corpus_bleu(written, [references]).score

@@ -18,18 +18,18 @@ from helpers import assert_close
 from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention, padding_mask, subsequent_mask
-from transformer_lib.data import (
-    BOS_ID,
-    DATA_ENV,
-    EOS_ID,
-    BatchesByLength,
-    BPETokenizer,
-    encode_pairs,
-    load_multi30k,
+from transformer_lib.batching import BatchesByLength, encode_pairs
+from transformer_lib.data import DATA_ENV, load_multi30k
+from transformer_lib.decoding import (
+    IncrementalDecoder,
+    RerunDecoder,
+    SearchConfig,
+    beam_search,
+    translate,
 )
-from transformer_lib.decoding import IncrementalDecoder, RerunDecoder, beam_search, translate
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.recurrent import RecurrentConfig, RecurrentDecoder, RecurrentTranslator
+from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 from transformer_lib.variations import (
     MANIFEST_FILE,
     RESULTS_FILE,
@@ -338,9 +338,18 @@ def test_translate_drives_the_lstm_state():
     tokenizer = BPETokenizer.train([s for s in sentences if s] * 5, vocab_size=300)
     model = random_lstm(9, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size)
     model = model.float()
-    kwargs = dict(beam_size=3, extra_length=5, decoder_state=RecurrentDecoder)
-    together = translate(model, tokenizer, sentences, batch_size=2, **kwargs)
-    alone = [translate(model, tokenizer, [s], **kwargs)[0] for s in sentences]
+    search = SearchConfig(beam_size=3, extra_length=5)
+    together = translate(
+        model,
+        tokenizer,
+        sentences,
+        dataclasses.replace(search, batch_size=2),
+        decoder_state=RecurrentDecoder,
+    )
+    alone = [
+        translate(model, tokenizer, [s], search, decoder_state=RecurrentDecoder)[0]
+        for s in sentences
+    ]
     assert together == alone and together[1] == ""
 
 
@@ -471,8 +480,9 @@ def test_the_manifest_says_how_the_lines_were_made(swept):
     first, second = manifest["invocations"]
     assert first["commit"] == "abc" and first["ran"] == ["base", "RNN-lstm"]
     assert second["ran"] == []
-    for key in ("torch", "tokenizers", "sacrebleu", "device", "python"):
-        assert manifest["environment"][key]
+    assert manifest["environment"]["device"] and "git_commit" in manifest["environment"]
+    for key in ("torch", "tokenizers", "sacrebleu", "python"):
+        assert manifest["environment"]["versions"][key]
 
 
 def test_a_rerun_skips_what_is_done_and_refuses_other_settings(swept):

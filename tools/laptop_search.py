@@ -31,8 +31,6 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import git_commit  # tools/provenance.py, beside this script
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 
@@ -60,7 +58,8 @@ CANDIDATES = {
 def candidate_profile(name: str, **training_changes):
     """The Profile of candidate ``name`` (``training_changes`` override the training config)."""
     from transformer_lib.model import TransformerConfig
-    from transformer_lib.training import Profile, TrainingConfig
+    from transformer_lib.recipe import Profile
+    from transformer_lib.training import TrainingConfig
 
     model_changes, training, profile_changes = CANDIDATES[name]
     start = Profile(
@@ -92,7 +91,7 @@ def worker(args: argparse.Namespace) -> None:
     """One candidate's training, run under torchrun by ``calibrate`` and ``rung``."""
     import torch
 
-    from transformer_lib.training import train_translation
+    from transformer_lib.recipe import train_translation
 
     torch.distributed.init_process_group("gloo")
     try:
@@ -175,10 +174,12 @@ def calibrate(args: argparse.Namespace) -> None:
 
 def validation_bleu(run: Path) -> dict:
     """Cased BLEU of the greedy translation of the whole validation split by ``last.pt``."""
+    from transformer_lib.decoding import SearchConfig
     from transformer_lib.evaluation import evaluate_split, load_translator
 
     model, tokenizer, checkpoint = load_translator(run / "checkpoints" / "last.pt")
-    scores, _ = evaluate_split(model, tokenizer, "val", SRC, TGT, beam_size=1, batch_size=100)
+    search = SearchConfig(beam_size=1, batch_size=100)
+    scores, _ = evaluate_split(model, tokenizer, "val", SRC, TGT, search=search)
     return {"step": int(checkpoint["step"]), "bleu": scores["bleu"], "chrf": scores["chrf"]}
 
 
@@ -224,10 +225,10 @@ def rung(args: argparse.Namespace) -> None:
 def write_manifest(args: argparse.Namespace) -> None:
     import torch
 
-    from transformer_lib.report import cpu_name, library_versions
+    from transformer_lib.provenance import cpu_name, git_commit, library_versions
 
     manifest = {
-        **git_commit("TRANSFORMER_LIB_COMMIT"),
+        **git_commit(),
         "cpu": cpu_name(),
         "processes": PROCESSES,
         "threads_per_process": 1,

@@ -24,8 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import git_commit  # tools/provenance.py, beside this script
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 
@@ -81,7 +79,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def trained_steps(work: Path) -> int:
-    from transformer_lib.training import load_checkpoint
+    from transformer_lib.checkpoints import load_checkpoint
 
     last = work / "checkpoints" / "last.pt"
     return int(load_checkpoint(last)["step"]) if last.is_file() else 0
@@ -95,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         check(args)
-        from transformer_lib.training import PROFILES
+        from transformer_lib.recipe import PROFILES
 
         profile = PROFILES[args.profile]
         target = args.max_steps or profile.training.max_steps
@@ -136,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"training stopped at update {steps} of {target}: run the same command again")
             return 0
 
+        from transformer_lib.decoding import SearchConfig
         from transformer_lib.report import write_report
 
         entry["report"] = str(args.results)
@@ -144,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
             [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.is_file() else []
         )
         manifest = {
-            **git_commit("TRANSFORMER_LIB_COMMIT"),
             "profile": args.profile,
             "commands": [e["command"] for e in history] + [this_command],
             "train_commands": [
@@ -157,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             args.results,
             data_dir=args.data_dir,
             average=args.average,
-            batch_size=args.batch_size,
+            search=SearchConfig(batch_size=args.batch_size),
             limit=args.limit,
             device=args.device,
             manifest=manifest,
@@ -167,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(log_path, "a") as log:
             log.write(json.dumps(entry) + "\n")
         # The wall time of every command, this one included, now that it is known.
-        from transformer_lib.evaluation import write_text_atomically
+        from transformer_lib.provenance import write_text_atomically
 
         path = args.results / "manifest.json"
         record = json.loads(path.read_text())

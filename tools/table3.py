@@ -25,8 +25,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from provenance import git  # tools/provenance.py, beside this script
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this tree's library, wherever the command is started from
 DEFAULT_OUT = {"full": ROOT / "results" / "table3", "ci": ROOT / "runs" / "table3-ci" / "results"}
@@ -49,7 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--budget-s", type=float, help="start no variant that would end later")
-    parser.add_argument("--commit", help="git commit to record (default: git rev-parse HEAD)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     actions = parser.add_mutually_exclusive_group()
     actions.add_argument("--list", action="store_true", help="list the variants and stop")
@@ -173,7 +170,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--calibrate needs at least 1 step, got {args.calibrate}")
             return calibrate(args, profile, work)
         provenance = {"command": " ".join(["python", "tools/table3.py", *(argv or sys.argv[1:])])}
-        provenance["commit"] = args.commit or git("rev-parse", "HEAD")
         written = run_sweep(
             profile,
             out,

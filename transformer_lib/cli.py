@@ -80,22 +80,16 @@ def add_train_command(commands) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    import os
-
     import torch
 
-    from transformer_lib.training import train_translation
+    from transformer_lib import distributed
+    from transformer_lib.recipe import train_translation
 
     _check_data_dir(args.data_dir)
     if args.time_limit is not None and not args.time_limit >= 0:
         raise UsageError(f"--time-limit must be a number of seconds, got {args.time_limit}")
-    device = None
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized():
-        if torch.cuda.is_available():
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-            torch.cuda.set_device(device)
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    device = distributed.start_from_environment()  # under torchrun: join its process group
+    rank = distributed.rank_and_world()[0]
     try:
         summary = train_translation(
             args.profile,
@@ -122,7 +116,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:214 (cell 10)
+# %% book/command_line.md:208 (cell 10)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -144,13 +138,31 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:281 (cell 14)
+# %% book/command_line.md:275 (cell 14)
 def _add_search_options(command) -> None:
     command.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint to use")
     command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
     command.add_argument("--alpha", type=float, default=0.6, help="length penalty (default 0.6)")
+    command.add_argument(
+        "--extra-length", type=int, default=50, help="output tokens beyond the input's (50)"
+    )
     command.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
     command.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
+
+
+def _search(args: argparse.Namespace):
+    """The search settings of the options, as one value (their checks are SearchConfig's)."""
+    from transformer_lib.decoding import SearchConfig
+
+    try:
+        return SearchConfig(args.beam, args.alpha, args.extra_length, args.batch_size)
+    except ValueError as err:
+        message = str(err)
+        for field, option in [("beam_size", "--beam"), ("batch_size", "--batch-size")]:
+            message = message.replace(field, option)
+        for field in ("alpha", "extra_length"):
+            message = message.replace(field, "--" + field.replace("_", "-"))
+        raise UsageError(message) from err
 
 
 def _load(args: argparse.Namespace):
@@ -158,10 +170,6 @@ def _load(args: argparse.Namespace):
 
     from transformer_lib.evaluation import load_translator
 
-    if args.beam < 1 or args.batch_size < 1:
-        raise UsageError(
-            f"--beam and --batch-size must be at least 1 (got {args.beam}, {args.batch_size})"
-        )
     if not args.checkpoint.is_file():
         raise UsageError(f"--checkpoint {args.checkpoint} is not a file")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -183,18 +191,13 @@ def run_translate(args: argparse.Namespace) -> int:
 
     from transformer_lib.decoding import translate
 
+    search = _search(args)
     model, tokenizer, _ = _load(args)
     sentences = sys.stdin.read().splitlines()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         translations = translate(
-            model,
-            tokenizer,
-            sentences,
-            beam_size=args.beam,
-            alpha=args.alpha,
-            batch_size=args.batch_size,
-            progress=not sys.stdin.isatty(),
+            model, tokenizer, sentences, search, progress=not sys.stdin.isatty()
         )
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
@@ -202,7 +205,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:372 (cell 18)
+# %% book/command_line.md:375 (cell 18)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
@@ -233,6 +236,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         raise UsageError(f"--limit must be at least 1, got {args.limit}")
     out = args.out or args.checkpoint.with_name(f"{args.checkpoint.stem}.{args.split}.json")
     _check_out_folder(out)
+    search = _search(args)
     model, tokenizer, checkpoint = _load(args)
     run = checkpoint["config"].get("run") or {}
     if "src" not in run or "tgt" not in run:
@@ -244,9 +248,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         run["src"],
         run["tgt"],
         data_dir=args.data_dir,
-        beam_size=args.beam,
-        alpha=args.alpha,
-        batch_size=args.batch_size,
+        search=search,
         limit=args.limit,
         progress=not args.quiet,
     )

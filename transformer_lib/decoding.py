@@ -189,13 +189,36 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
             cache[key] = value[rows]
 
 
-# %% book/decoding.md:286 (cell 10)
+# %% book/decoding.md:289 (cell 10)
 import warnings
 from collections.abc import Callable, Sequence
 
 from tqdm import tqdm
 
-from transformer_lib.data import BOS_ID, EOS_ID, PAD_ID
+from transformer_lib.tokenizer import BOS_ID, EOS_ID
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How translations are searched (§6.1); the defaults are the paper's."""
+
+    beam_size: int = 4  # 1: greedy search
+    alpha: float = 0.6  # the length penalty's exponent (Wu et al., 2016)
+    extra_length: int = 50  # an output may be this many tokens longer than its input
+    batch_size: int = 64  # sentences searched together
+
+    def __post_init__(self):
+        for name in ("beam_size", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.alpha < 0 or self.extra_length < 0:
+            raise ValueError(
+                f"alpha and extra_length must not be negative, got {self.alpha} and "
+                f"{self.extra_length}"
+            )
+
+
+GREEDY = SearchConfig(beam_size=1)
 
 
 @torch.inference_mode()
@@ -203,20 +226,18 @@ def translate(
     model,
     tokenizer,
     sentences: Sequence[str],
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    batch_size: int = 64,
-    extra_length: int = 50,
+    search: SearchConfig | None = None,
     progress: bool = False,
     decoder_state: Callable[..., DecoderState] = IncrementalDecoder,
 ) -> list[str]:
-    """Translate ``sentences`` (§6.1: beam 4, alpha 0.6, output up to input length + 50).
+    """Translate ``sentences`` with ``search`` (default: §6.1's beam 4, α 0.6, input + 50).
 
-    ``tokenizer`` is the run's :class:`~transformer_lib.data.BPETokenizer`; ``beam_size=1`` is
-    greedy search. The model stays on its device; the result is in the order of ``sentences``.
-    ``decoder_state(model, src (N, S))`` starts the :class:`DecoderState` the searches drive; the
-    model needs ``config.max_len`` (the longest input and output) besides.
+    ``tokenizer`` is the run's :class:`~transformer_lib.tokenizer.BPETokenizer`. The model stays
+    on its device; the source is padded with ``model.config.pad_id``; the result is in the order
+    of ``sentences``. ``decoder_state(model, src (N, S))`` starts the :class:`DecoderState` the
+    searches drive; the model needs ``config.max_len`` (the longest input and output) besides.
     """
+    search = search or SearchConfig()
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -233,19 +254,21 @@ def translate(
     todo = [i for i, text in enumerate(sentences) if text.strip()]
     todo.sort(key=lambda i: len(encoded[i]), reverse=True)  # similar lengths share a batch
     results = [""] * len(sentences)
-    batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
+    size = search.batch_size
+    batches = [todo[i : i + size] for i in range(0, len(todo), size)]
     for batch in tqdm(batches, disable=not progress, unit="batch", desc="translating"):
         lengths = [len(encoded[i]) + 1 for i in batch]  # + </s>
-        src = torch.full((len(batch), max(lengths)), PAD_ID, dtype=torch.long)
+        src = torch.full((len(batch), max(lengths)), model.config.pad_id, dtype=torch.long)
         for row, i in enumerate(batch):
             src[row, : lengths[row]] = torch.tensor(encoded[i] + [EOS_ID])
         src = src.to(device)
-        max_lengths = torch.tensor(lengths, device=device).add(extra_length).clamp(max=limit)
+        max_lengths = torch.tensor(lengths, device=device).add(search.extra_length)
+        max_lengths = max_lengths.clamp(max=limit)
         state = decoder_state(model, src)
-        if beam_size == 1:
+        if search.beam_size == 1:
             outputs = greedy_search(state, BOS_ID, EOS_ID, max_lengths)
         else:
-            found = beam_search(state, BOS_ID, EOS_ID, max_lengths, beam_size, alpha)
+            found = beam_search(state, BOS_ID, EOS_ID, max_lengths, search.beam_size, search.alpha)
             outputs = [hypothesis.tokens for hypothesis in found]
         for i, text in zip(batch, tokenizer.decode_batch(outputs), strict=True):
             results[i] = text

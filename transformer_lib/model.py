@@ -358,14 +358,16 @@ class Transformer(nn.Module):
         self,
         tgt: Tensor,
         memory: Tensor,
-        src_mask: Tensor | None = None,
+        src_mask: Tensor | None,
         tgt_mask: Tensor | None = None,
         cache: dict | None = None,
         need_weights: bool = False,
     ) -> Tensor:
         """Decoder states (B, T, d_model) of target tokens (B, T) given the memory (B, S, d_model).
 
-        With ``cache`` (a dict, empty for the first call) the decoder runs incrementally: each
+        The memory holds no token ids, so the source's padding cannot be found from it: pass the
+        ``src_mask`` that :meth:`encode` used (None only for a source without padding). With
+        ``cache`` (a dict, empty for the first call) the decoder runs incrementally: each
         call passes only the new tokens, and earlier positions are read from the cache.
         """
         if tgt_mask is None and cache is None:

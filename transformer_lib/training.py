@@ -3,14 +3,10 @@
 
 
 # %% book/training.md:51 (cell 4)
-"""Training (paper §5): the schedule, label smoothing, checkpoints that lose nothing, the loop."""
+"""Training (paper §5): the schedule, label smoothing, and the loop."""
 
-import dataclasses
 import json
-import logging
-import os
 import random
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
@@ -23,7 +19,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-logger = logging.getLogger(__name__)
+from transformer_lib import distributed
+from transformer_lib.checkpoints import (
+    CheckpointError,
+    check_resumable,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    write_checkpoint,
+)
+from transformer_lib.provenance import jsonable
 
 
 def rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -56,7 +62,7 @@ def make_optimizer(
     return optimizer, scheduler
 
 
-# %% book/training.md:166 (cell 9)
+# %% book/training.md:172 (cell 9)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
     """The target distribution of PyTorch's ``cross_entropy(label_smoothing=...)`` (§5.4).
 
@@ -88,74 +94,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:272 (cell 15)
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: unreadable, from another configuration, or incomplete."""
-
-
-def save_checkpoint(state: dict, path: Path) -> None:
-    """Write ``state`` to ``path`` atomically: a temporary file, flushed, then renamed over it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            torch.save(state, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)  # atomic on POSIX and Windows: readers see old or new, never half
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint`; never runs code from the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # pickle errors, truncated files, non-tensor payloads
-        raise CheckpointError(f"{path} is not a readable checkpoint ({err})") from err
-    missing = {"model", "step", "config"} - set(state) if isinstance(state, dict) else {"model"}
-    if missing:
-        raise CheckpointError(f"{path} lacks {sorted(missing)}: it is not a training checkpoint")
-    return state
-
-
-def rng_state() -> dict:
-    """Every random generator training draws from, in types ``weights_only`` loading accepts."""
-    version, internal, gauss_next = random.getstate()
-    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
-    return {
-        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
-        "numpy": {
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached_gaussian),
-        },
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    """Restore what :func:`rng_state` saved."""
-    python = state["python"]
-    random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
-    numpy = state["numpy"]
-    keys = numpy["keys"].numpy().astype(np.uint32)
-    np.random.set_state(
-        ("MT19937", keys, numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"])
-    )
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# %% book/training.md:365 (cell 19)
+# %% book/training.md:278 (cell 15)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business."""
@@ -181,20 +120,7 @@ class TrainingConfig:
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:406 (cell 21)
-def _distributed() -> tuple[int, int]:
-    """(rank, world size) of this process; (0, 1) when not running under torchrun."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def _all_reduce(value: Tensor) -> Tensor:
-    if _distributed()[1] > 1:
-        torch.distributed.all_reduce(value)
-    return value
-
-
+# %% book/training.md:319 (cell 17)
 @torch.no_grad()
 def evaluate_loss(model: nn.Module, batches: Iterable, pad_id: int, device=None) -> dict:
     """Mean negative log-likelihood per target token, without smoothing, and its perplexity."""
@@ -211,53 +137,7 @@ def evaluate_loss(model: nn.Module, batches: Iterable, pad_id: int, device=None)
     return {"loss": mean, "ppl": float(np.exp(min(mean, 50.0))), "tokens": tokens}
 
 
-# %% book/training.md:442 (cell 23)
-def _write_checkpoint(state: dict, folder: Path, keep: int) -> Path:
-    path = folder / f"step-{state['step']}.pt"
-    save_checkpoint(state, path)
-    last_tmp = folder / ".last.pt.tmp"
-    last_tmp.unlink(missing_ok=True)
-    try:
-        os.link(path, last_tmp)  # same bytes, no second write
-    except OSError:  # file systems without hard links
-        save_checkpoint(state, last_tmp)
-    os.replace(last_tmp, folder / "last.pt")
-    steps = sorted(int(p.stem.split("-")[1]) for p in folder.glob("step-*.pt"))
-    for old in steps[:-keep] if keep > 0 else []:
-        (folder / f"step-{old}.pt").unlink(missing_ok=True)
-    return path
-
-
-def _check_resumable(
-    saved: dict, training: dict, model_config: dict | None, metadata: dict | None = None
-) -> None:
-    """Refuse a checkpoint whose configuration differs from this run's (but for what may change)."""
-    changed = [
-        f"training.{k}: {saved['training'].get(k)!r} in the checkpoint, {v!r} now"
-        for k, v in training.items()
-        if k not in RESUMABLE_CHANGES and saved["training"].get(k) != v
-    ]
-    if model_config is not None and saved.get("model") != model_config:
-        old, new = saved.get("model") or {}, model_config
-        changed += [
-            f"model.{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} now"
-            for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k)
-        ]
-    if (metadata or {}) != (saved.get("run") or {}):
-        changed.append(f"run: {saved.get('run')!r} in the checkpoint, {metadata!r} now")
-    if changed:
-        raise CheckpointError(
-            "the checkpoint was written by another configuration ("
-            + "; ".join(changed)
-            + "): resume with the same settings, or start a new run in another folder"
-        )
-
-
-def _jsonable(config) -> dict:
-    return json.loads(json.dumps(dataclasses.asdict(config)))  # tuples become lists, as on reload
-
-
+# %% book/training.md:344 (cell 19)
 def _truncate_metrics(path: Path, step: int) -> None:
     """Drop metrics logged after ``step``: a resumed run writes them again."""
     if not path.is_file():
@@ -266,7 +146,6 @@ def _truncate_metrics(path: Path, step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-# %% book/training.md:505 (cell 25)
 def train(
     model: nn.Module,
     batches: Callable[[int], Sequence],
@@ -292,25 +171,27 @@ def train(
     checked on resume, as is ``metadata`` (a JSON-able description of the run, e.g. the data and
     languages, kept in ``config.json`` and every checkpoint). ``attachments`` go into every
     checkpoint as they are (e.g. the tokenizer, so that a checkpoint alone can translate); they
-    must be what ``weights_only`` loading accepts. With ``resume`` the run continues from ``checkpoints/last.pt`` and reaches
-    the same weights, bit for bit, as a run that never stopped. Under ``torchrun`` the model is
-    wrapped in DistributedDataParallel; rank 0 alone writes files. ``time_limit`` (seconds of this
-    call) ends the call early, after a whole update and with ``checkpoints/last.pt`` written, so a
-    run can be split over jobs of limited length; the summary's ``finished`` says whether it got
-    to ``max_steps``.
+    must be what ``weights_only`` loading accepts. With ``resume`` the run continues from
+    ``checkpoints/last.pt`` and reaches the same weights, bit for bit, as a run that never stopped.
+    Under ``torchrun`` the model is wrapped in DistributedDataParallel; rank 0 alone writes files.
+    ``time_limit`` (seconds of this call) ends the call early, after a whole update and with
+    ``checkpoints/last.pt`` written, so a run can be split over jobs of limited length; the
+    summary's ``finished`` says whether it got to ``max_steps``.
 
     The loop validates every ``validate_every`` updates and after the last one.
     ``valid_metrics(model)``, when given, adds its figures (e.g. the BLEU of a greedy translation
-    of some validation sentences) to each validation record; it sees the model in eval mode. Two clocks go into the metrics:
-    ``wall_s`` counts the updates alone, ``elapsed_s`` everything the loop did (validation and
-    checkpoints included); both add up over resumed calls.
+    of some validation sentences) to each validation record; it sees the model in eval mode. Two
+    clocks go into the metrics: ``wall_s`` counts the updates alone, ``elapsed_s`` everything the
+    loop did (validation and checkpoints included); both add up over resumed calls.
     """
-    rank, world = _distributed()
+    rank, world = distributed.rank_and_world()
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     run_dir, folder = Path(run_dir), Path(run_dir) / "checkpoints"
-    training = _jsonable(config)
-    model_dict = _jsonable(model_config) if model_config is not None else None
-    metadata = json.loads(json.dumps(metadata)) if metadata is not None else None  # as reloaded
+    settings = {
+        "training": jsonable(config),
+        "model": jsonable(model_config) if model_config is not None else None,
+        "run": json.loads(json.dumps(metadata)) if metadata is not None else None,  # as reloaded
+    }
     model.to(device)
     optimizer, scheduler = make_optimizer(
         model, d_model, config.warmup_steps, config.lr_scale, config.betas, config.eps
@@ -318,7 +199,13 @@ def train(
     step, epoch, index, wall, elapsed_before = 0, 0, 0, 0.0, 0.0
     if resume:
         state = load_checkpoint(folder / "last.pt", map_location=device)
-        _check_resumable(state["config"], training, model_dict, metadata)
+        check_resumable(
+            state["config"],
+            settings["training"],
+            settings["model"],
+            settings["run"],
+            may_change=RESUMABLE_CHANGES,
+        )
         if len(state["rng"]) != world:
             raise CheckpointError(
                 f"the checkpoint was written by {len(state['rng'])} processes and this run has "
@@ -344,13 +231,9 @@ def train(
         torch.manual_seed(config.seed + rank)
         if rank == 0:
             run_dir.mkdir(parents=True, exist_ok=True)
-            config_json = {"training": training, "model": model_dict, "run": metadata}
-            (run_dir / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")
+            (run_dir / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
 
-    network = model
-    if world > 1:
-        ids = [device.index] if device.type == "cuda" else None
-        network = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    network = distributed.wrap(model, device)
     autocast = torch.autocast(
         device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and config.bf16
     )
@@ -397,7 +280,7 @@ def train(
                     epoch, index, epoch_ended = epoch + 1, 0, True
                     epoch_batches = batches(epoch)
             local = sum(int((b.tgt_out != pad_id).sum()) for b in group)
-            tokens = int(_all_reduce(torch.tensor(local, device=device)))
+            tokens = int(distributed.all_reduce(torch.tensor(local, device=device)))
             for i, batch in enumerate(group):
                 sync = world == 1 or i == len(group) - 1
                 # Gradients of all but the last batch stay local: one all-reduce per update.
@@ -422,7 +305,7 @@ def train(
             bar.update(1)
 
             if step % config.log_every == 0 or step == config.max_steps:
-                sums = _all_reduce(
+                sums = distributed.all_reduce(
                     torch.tensor([window_loss, window_tokens], device=device, dtype=torch.float64)
                 )
                 mean = (sums[0] / sums[1].clamp(min=1)).item()
@@ -450,14 +333,10 @@ def train(
             out_of_time = False
             if time_limit is not None:  # every process stops after the same update
                 late = time.perf_counter() - called >= time_limit
-                if world > 1:
-                    late = _all_reduce(torch.tensor(float(late), device=device)).item() > 0
-                out_of_time = late
+                out_of_time = distributed.all_reduce(torch.tensor(float(late), device=device))
+                out_of_time = out_of_time.item() > 0
             if regular or out_of_time:
-                rngs = [rng_state()]
-                if world > 1:
-                    rngs = [None] * world
-                    torch.distributed.all_gather_object(rngs, rng_state())
+                rngs = distributed.all_gather(rng_state())
                 if rank == 0:
                     state = {
                         "model": model.state_dict(),
@@ -465,14 +344,14 @@ def train(
                         "scheduler": scheduler.state_dict(),
                         "step": step,
                         "data": {"epoch": epoch, "batch": index},
-                        "config": {"training": training, "model": model_dict, "run": metadata},
+                        "config": settings,
                         "rng": rngs,
                         "wall": wall,
                         "elapsed": elapsed(),
                         **(attachments or {}),
                     }
                     if regular:
-                        _write_checkpoint(state, folder, config.keep_checkpoints)
+                        write_checkpoint(state, folder, config.keep_checkpoints)
                     else:  # only last.pt: the step-N files stay the regular ones averaging uses
                         save_checkpoint(state, folder / "last.pt")
             if out_of_time and step < config.max_steps:
@@ -481,265 +360,11 @@ def train(
         bar.close()
         if metrics is not None:
             metrics.close()
-    finished = step >= config.max_steps
     return {
         "step": step,
         "epoch": epoch,
         "wall_s": wall,
         "elapsed_s": elapsed(),
         "valid": last_valid,
-        "finished": finished,
+        "finished": step >= config.max_steps,
     }
-
-
-# %% book/training.md:758 (cell 27)
-import sacrebleu
-
-from transformer_lib.data import (
-    PAD_ID,
-    VOCAB_SIZE,
-    BatchesByLength,
-    BPETokenizer,
-    encode_pairs,
-    load_multi30k,
-    make_batches,
-)
-from transformer_lib.decoding import translate
-from transformer_lib.model import Transformer, TransformerConfig
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One name for a run's sizes: the model, the training, the vocabulary (see PROFILES)."""
-
-    model: TransformerConfig  # the vocabulary sizes are set from the tokenizer at the start
-    training: TrainingConfig
-    vocab_size: int = VOCAB_SIZE  # the joint BPE vocabulary the data chapter chose
-    max_len: int = 128  # training pairs with a longer side (in BPE tokens) are left out
-    bleu_sentences: int = 0  # validation sentences translated (greedy) at each validation
-    processes: int | None = None  # None: any number (one per GPU); N: exactly N processes
-
-
-PROFILES = {
-    "ci": Profile(
-        model=TransformerConfig(
-            VOCAB_SIZE, VOCAB_SIZE, d_model=128, d_ff=512, n_heads=4, n_layers=2, dropout=0.1
-        ),
-        training=TrainingConfig(
-            max_steps=400,
-            warmup_steps=200,
-            lr_scale=0.5,  # the paper's full rate peaks at 8.8e-3 here: too high to learn alignment
-            max_tokens=3000,
-            log_every=10,
-            checkpoint_every=25,  # the 5 averaged (§6.1) are the last 100 updates, past warm-up
-            keep_checkpoints=5,
-            validate_every=100,
-        ),
-        vocab_size=2000,  # on a CPU the projection onto the vocabulary dominates the cost
-    ),
-    "laptop": Profile(
-        model=TransformerConfig(
-            VOCAB_SIZE, VOCAB_SIZE, d_model=256, d_ff=1024, n_heads=4, n_layers=3, dropout=0.2
-        ),
-        training=TrainingConfig(
-            max_steps=1500,
-            warmup_steps=400,
-            lr_scale=0.5,
-            max_tokens=2048,  # per process: 4,096 a side per update
-            log_every=25,
-            checkpoint_every=100,
-            keep_checkpoints=5,
-            validate_every=100,
-        ),
-        bleu_sentences=500,
-        processes=2,
-    ),
-    "full": Profile(
-        model=TransformerConfig(
-            VOCAB_SIZE, VOCAB_SIZE, d_model=256, d_ff=1024, n_heads=4, n_layers=4, dropout=0.3
-        ),
-        training=TrainingConfig(
-            max_steps=8000,
-            warmup_steps=1000,
-            lr_scale=0.5,  # formula (3) peaks at 2.0e-3 for d_model 256 and 1000 warm-up steps
-            max_tokens=8192,
-            log_every=50,
-            checkpoint_every=250,
-            keep_checkpoints=5,
-            validate_every=500,
-        ),
-    ),
-}
-
-
-def greedy_bleu(
-    tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], batch_size: int = 100
-) -> Callable[[nn.Module], dict]:
-    """A ``valid_metrics`` for :func:`train`: the model's greedy translations of the ``pairs``'
-    sources, scored against their targets with sacreBLEU (cased, detokenized)."""
-    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-
-    def measure(model: nn.Module) -> dict:
-        hypotheses = translate(model, tokenizer, sources, beam_size=1, batch_size=batch_size)
-        bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
-        return {"bleu": bleu, "bleu_sentences": len(pairs)}
-
-    return measure
-
-
-def _writable_folder(out: Path) -> None:
-    """Fail now, with a clear message, if the run could not write its files."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as err:
-        raise ValueError(f"cannot write to the output folder {out}: {err.strerror}") from err
-
-
-def train_translation(
-    profile: str | Profile,
-    src: str,
-    tgt: str,
-    out: Path,
-    *,
-    data_dir: Path | None = None,
-    resume: bool = False,
-    max_steps: int | None = None,
-    time_limit: float | None = None,
-    device: str | torch.device | None = None,
-    progress: bool = True,
-) -> dict:
-    """Train a ``src`` -> ``tgt`` model on Multi30k with a profile (``"ci"``, ``"full"``) into ``out``.
-
-    ``out`` receives ``config.json``, ``metrics.jsonl``, ``tokenizer.json`` and ``checkpoints/``.
-    With ``resume`` the run continues from ``out/checkpoints/last.pt``; ``time_limit`` (seconds)
-    stops this call early with a checkpoint to resume from. Returns train()'s summary.
-    """
-    if isinstance(profile, str):
-        if profile not in PROFILES:
-            raise ValueError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
-        name, profile = profile, PROFILES[profile]
-    else:
-        name = "custom"
-    if src == tgt:
-        raise ValueError(f"source and target language are both {src!r}: choose two languages")
-    out = Path(out)
-    last = out / "checkpoints" / "last.pt"
-    if resume and not last.is_file():
-        raise FileNotFoundError(f"nothing to resume: {last} does not exist (drop --resume)")
-    if not resume and last.exists():
-        raise ValueError(
-            f"{out} already holds a run: add --resume to continue it, or pick a new --out"
-        )
-    training = profile.training
-    if max_steps is not None:
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
-        training = dataclasses.replace(training, max_steps=max_steps)
-    train_pairs = load_multi30k("train", src, tgt, data_dir)  # checks the data before any work
-    valid_pairs = load_multi30k("val", src, tgt, data_dir)
-    _writable_folder(out)
-
-    rank, world = _distributed()
-    if profile.processes is not None and world != profile.processes:
-        raise ValueError(
-            f"the {name} profile trains as {profile.processes} processes and this is {world}: "
-            f"start it with torchrun --standalone --nproc-per-node {profile.processes} "
-            "-m transformer_lib train ... (tools/real_run.py does)"
-        )
-    tokenizer_path = out / "tokenizer.json"
-    if rank == 0 and not tokenizer_path.is_file():
-        sentences = [sentence for pair in train_pairs for sentence in pair]
-        BPETokenizer.train(sentences, profile.vocab_size).save(tokenizer_path)
-    if world > 1:
-        torch.distributed.barrier()  # the other ranks wait for rank 0's tokenizer
-    tokenizer = BPETokenizer.load(tokenizer_path)
-
-    vocab = tokenizer.vocab_size
-    config = dataclasses.replace(
-        profile.model, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=PAD_ID
-    )
-    torch.manual_seed(training.seed)  # the same initial weights in every process
-    model = Transformer(config)
-    batches = BatchesByLength(
-        encode_pairs(tokenizer, train_pairs, profile.max_len),
-        training.max_tokens,
-        training.seed,
-        rank,
-        world,
-    )
-    valid_batches = make_batches(encode_pairs(tokenizer, valid_pairs), training.max_tokens)
-    bleu_pairs = valid_pairs[: profile.bleu_sentences]  # the first N: a fixed sample
-    metadata = {"data": "multi30k", "src": src, "tgt": tgt, "profile": name}
-    return train(
-        model,
-        batches,
-        training,
-        out,
-        d_model=config.d_model,
-        pad_id=PAD_ID,
-        valid_batches=valid_batches,
-        valid_metrics=greedy_bleu(tokenizer, bleu_pairs) if bleu_pairs else None,
-        model_config=config,
-        metadata=metadata,
-        attachments={"tokenizer": tokenizer.to_json()},
-        resume=resume,
-        time_limit=time_limit,
-        device=device,
-        progress=progress,
-    )
-
-
-# %% book/training.md:968 (cell 29)
-import fcntl
-import hashlib
-
-
-def _library_hash() -> str:
-    """A hash of every module of this package: the identity of the code that trains a run."""
-    import transformer_lib  # the installed package (in the book's own cells too)
-
-    digest = hashlib.sha256()
-    for path in sorted(Path(transformer_lib.__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
-
-def default_runs_dir() -> Path:
-    """Where :func:`cached_run` keeps runs: ``$TRANSFORMER_LIB_RUNS``, else
-    ``$XDG_CACHE_HOME/transformer_lib/runs`` (``~/.cache`` by default)."""
-    if os.environ.get("TRANSFORMER_LIB_RUNS"):
-        return Path(os.environ["TRANSFORMER_LIB_RUNS"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "transformer_lib" / "runs"
-
-
-def cached_run(
-    profile: str,
-    src: str,
-    tgt: str,
-    *,
-    data_dir: Path | None = None,
-    runs_dir: Path | None = None,
-    progress: bool = False,
-) -> Path:
-    """The folder of a finished ``profile`` run ``src`` -> ``tgt`` trained by this very code,
-    training it (or finishing an interrupted one) first when the cache does not hold it."""
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
-    runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    out = runs_dir / f"{profile}-{src}-{tgt}-{_library_hash()}"
-    last = out / "checkpoints" / "last.pt"
-    with open(runs_dir / f"{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process training this run: wait for it
-        done = (
-            last.is_file() and load_checkpoint(last)["step"] >= PROFILES[profile].training.max_steps
-        )
-        if not done:
-            resume = last.is_file()
-            train_translation(
-                profile, src, tgt, out, data_dir=data_dir, resume=resume, progress=progress
-            )
-    return out

@@ -9,7 +9,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import platform
 import shutil
 import time
 from collections.abc import Sequence
@@ -18,24 +17,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import sacrebleu
-import tokenizers
 import torch
 
-from transformer_lib.data import (
-    PAD_ID,
-    BatchesByLength,
-    BPETokenizer,
-    encode_pairs,
-    load_multi30k,
-    make_batches,
-    plan_batches,
-)
-from transformer_lib.decoding import IncrementalDecoder, translate
-from transformer_lib.evaluation import corpus_scores, write_text_atomically
+from transformer_lib.batching import BatchesByLength, encode_pairs, make_batches, plan_batches
+from transformer_lib.checkpoints import CheckpointError
+from transformer_lib.data import load_multi30k
+from transformer_lib.decoding import IncrementalDecoder, SearchConfig, translate
+from transformer_lib.evaluation import corpus_scores
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.provenance import device_name, environment, jsonable, write_text_atomically
 from transformer_lib.recurrent import RecurrentConfig, RecurrentDecoder, RecurrentTranslator
-from transformer_lib.training import CheckpointError, TrainingConfig, evaluate_loss, train
+from transformer_lib.tokenizer import PAD_ID, BPETokenizer
+from transformer_lib.training import TrainingConfig, evaluate_loss, train
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +67,7 @@ class SweepProfile:
     translate_batch: int = 64  # sentences per batch of beam search
 
 
-# %% book/variations.md:367 (cell 12)
+# %% book/variations.md:360 (cell 12)
 def build_model(config: TransformerConfig | RecurrentConfig) -> torch.nn.Module:
     """The Transformer or the LSTM baseline that ``config`` describes."""
     if isinstance(config, RecurrentConfig):
@@ -221,7 +214,7 @@ def training_flops(
     return 3 * 2 * (src_tokens * encoder + tgt_tokens * decoder)
 
 
-# %% book/variations.md:524 (cell 14)
+# %% book/variations.md:517 (cell 14)
 RESULTS_FILE = "variants.jsonl"  # one JSON line per finished variant
 # The order the sweep runs rows in: the base and its noise first, then the issue's three
 # questions, then the rest, the costliest row last (if time runs out, what matters most is done).
@@ -249,10 +242,6 @@ def read_results(folder: Path) -> list[dict]:
     return records
 
 
-def _jsonable(value) -> dict:
-    return json.loads(json.dumps(dataclasses.asdict(value)))  # tuples become lists, as on reload
-
-
 def _settings(variant: Variant, profile: SweepProfile, src: str, tgt: str, valid: int) -> dict:
     """Everything that decides a variant's line: two lines with equal settings are one result."""
     kind = "lstm" if isinstance(variant.model, RecurrentConfig) else "transformer"
@@ -262,28 +251,9 @@ def _settings(variant: Variant, profile: SweepProfile, src: str, tgt: str, valid
         "kind": kind,
         "src": src,
         "tgt": tgt,
-        "model": _jsonable(variant.model),
-        "training": _jsonable(variant.training),
+        "model": jsonable(variant.model),
+        "training": jsonable(variant.training),
         "evaluation": evaluation,
-    }
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def _environment(device: torch.device) -> dict:
-    return {
-        "device": _device_name(device),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "tokenizers": tokenizers.__version__,
-        "sacrebleu": sacrebleu.__version__,
-        "numpy": np.__version__,
-        "platform": platform.platform(),
     }
 
 
@@ -368,15 +338,11 @@ def run_variant(
     started = time.perf_counter()
     valid = summary["valid"] or evaluate_loss(model, valid_batches, PAD_ID, device)
     state = RecurrentDecoder if isinstance(variant.model, RecurrentConfig) else IncrementalDecoder
-    hypotheses = translate(
-        model,
-        tokenizer,
-        [source for source, _ in valid_pairs],
-        beam_size=profile.beam_size,
-        alpha=profile.alpha,
-        batch_size=profile.translate_batch,
-        decoder_state=state,
+    search = SearchConfig(
+        beam_size=profile.beam_size, alpha=profile.alpha, batch_size=profile.translate_batch
     )
+    sources = [source for source, _ in valid_pairs]
+    hypotheses = translate(model, tokenizer, sources, search, decoder_state=state)
     scores = corpus_scores(hypotheses, [target for _, target in valid_pairs])
     eval_wall = time.perf_counter() - started
     t = variant.training
@@ -407,7 +373,7 @@ def run_variant(
     }
 
 
-# %% book/variations.md:711 (cell 15)
+# %% book/variations.md:677 (cell 15)
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -451,7 +417,7 @@ def run_sweep(
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     if manifest:
         made = (manifest.get("profile"), manifest.get("src"), manifest.get("tgt"))
-        if made != (_jsonable(profile), src, tgt):
+        if made != (jsonable(profile), src, tgt):
             raise SweepError(
                 f"{out} holds a sweep of another profile or language pair: write this one to "
                 "a new output folder"
@@ -486,17 +452,17 @@ def run_sweep(
 
     invocation = {"started_utc": started_utc, **(provenance or {}), "ran": [], "failed": {}}
     invocation["stopped"] = None  # or why the budget stopped this call early
-    invocation["device"] = _device_name(device)
+    invocation["device"] = device_name(device)
     manifest = {
         "sweep": "Table 3 (paper §6.2) on Multi30k",
         "src": src,
         "tgt": tgt,
-        "profile": _jsonable(profile),
+        "profile": jsonable(profile),
         "tokenizer_sha256": tokenizer_hash,
         "vocab_size": tokenizer.vocab_size,
         "train_pairs": len(pairs) if todo else manifest.get("train_pairs"),
         "valid_sentences": len(valid_pairs),
-        "environment": _environment(device),
+        "environment": environment(device),
         "invocations": manifest.get("invocations", []) + [invocation],
         "variants": sorted(done),
     }
@@ -565,7 +531,7 @@ def run_sweep(
     return written
 
 
-# %% book/variations.md:877 (cell 17)
+# %% book/variations.md:843 (cell 17)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.

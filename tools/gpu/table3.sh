@@ -33,8 +33,6 @@ OUT="${OUT:-/tmp/table3-out}"
 mkdir -p "$OUT/table3"
 steps=()
 if [[ -n "${STEPS:-}" ]]; then steps=(--max-steps "$STEPS"); fi
-commit=()
-if [[ -n "${COMMIT:-}" ]]; then commit=(--commit "$COMMIT"); fi
 # PROFILE=ci runs the same commands at toy scale on a CPU (results in runs/table3-ci/results).
 PROFILE="${PROFILE:-full}"
 case "$PROFILE" in
@@ -57,7 +55,7 @@ case "${1:-}" in
   sweep)
     # 600 s per command: start no variant after about 480 s, stop hard at 560 s, then copy.
     timeout 560 "$PYTHON" tools/table3.py --profile "$PROFILE" --budget-s "${BUDGET_S:-480}" \
-      --quiet "${steps[@]}" "${commit[@]}"
+      --quiet "${steps[@]}"
     status=$?
     cp "$results/variants.jsonl" "$results/manifest.json" "$OUT/table3/" 2>/dev/null
     ls -l "$OUT/table3"
