@@ -62,14 +62,15 @@ def jsonable(config) -> dict:
 
 
 # %% book/runs.md:136 (cell 8)
-ROOT = Path(__file__).resolve().parent.parent  # the checkout, when the package is used from one
-
-
 def _git(*command: str) -> str | None:
-    """The output of ``git <command>`` in the checkout, or None where git or .git is missing."""
+    """The output of ``git <command>`` in the checkout the package is imported from, or None
+    where git or .git is missing."""
+    import transformer_lib
+
+    checkout = Path(transformer_lib.__file__).resolve().parent.parent
     try:
         done = subprocess.run(
-            ["git", *command], cwd=ROOT, capture_output=True, text=True, timeout=30
+            ["git", *command], cwd=checkout, capture_output=True, text=True, timeout=30
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
