@@ -15,7 +15,7 @@ PYTEST_WORKERS ?= 2
 
 help:
 	@echo "make book   build the HTML book (every chapter executed) into _build/html"
-	@echo "make test   tangle check, ruff, and pytest (which executes every chapter)"
+	@echo "make test   tangle check, ruff, and pytest (which executes every chapter, for the book too)"
 	@echo "make site-test  open every page of the built book in headless Chromium (after make book)"
 	@echo "make tangle regenerate transformer_lib/ from the book"
 	@echo "make format ruff-format the code, the book's code cells included"
@@ -36,7 +36,11 @@ install: $(STAMP)
 tangle: $(STAMP)
 	$(BIN)/python tools/tangle.py
 
+# A chapter whose code and inputs are unchanged since its last execution (by the tests or an
+# earlier build) is not executed again: tools/book_cache.py empties the cache when the library or
+# the results change.
 book: tangle
+	$(BIN)/python tools/book_cache.py --refresh
 	$(BIN)/jupyter-book build --all .
 	@echo "The book is in _build/html/index.html"
 
@@ -53,6 +57,7 @@ check: $(STAMP)
 
 # pytest exits 5 when it collects no test; that must fail the run, never pass as green.
 test: check
+	$(BIN)/python tools/book_cache.py --refresh
 	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; exit 1; fi; exit $$rc
 

@@ -19,3 +19,12 @@ sys.path.insert(0, str(ROOT / "tools"))  # tools/ is not a package; its scripts 
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+def pytest_sessionstart(session):
+    """Empty the book's execution cache if the library or results changed (once, before the
+    workers start): the chapter tests then fill it for the build."""
+    if not hasattr(session.config, "workerinput"):
+        import book_cache
+
+        book_cache.refresh()

@@ -1,9 +1,12 @@
 """Every chapter in _toc.yml executes top to bottom: a cell that raises fails its test.
 
-The notebooks are read with jupytext and run with nbclient, in the chapter's own folder, as
-Jupyter Book runs them. `make book` executes them again while building the website.
+Each chapter is executed the way the book build executes it (MyST-NB's reader, its own folder as
+working directory, the book's timeout) and the execution is stored in the build's jupyter-cache
+(tools/book_cache.py), so that `make book` after `make test` does not run the chapters again. A
+chapter already cached for the current code, library and results passed this test before.
 """
 
+import book_cache
 import jupytext
 import nbclient
 import pytest
@@ -28,10 +31,12 @@ def execute(path, timeout=900):
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_chapter_executes(chapter):
-    try:
-        execute(chapter)
-    except CellExecutionError as err:
-        pytest.fail(f"{chapter.name} failed while executing a cell:\n{err}", pytrace=False)
+    if book_cache.is_cached(chapter):
+        return  # executed successfully with this very code and these inputs
+    error = book_cache.execute_and_cache(chapter)
+    if error is not None:
+        pytest.fail(f"{chapter.name} failed while executing a cell:\n{error}", pytrace=False)
+    assert book_cache.is_cached(chapter)  # the build will find it
 
 
 def test_every_chapter_is_a_myst_notebook(root):
@@ -52,3 +57,20 @@ def test_a_failing_cell_fails_execution_and_names_it(tmp_path):
     )
     with pytest.raises(CellExecutionError, match="cell two"):
         execute(chapter, timeout=120)
+
+
+def test_a_changed_library_empties_the_book_cache(tmp_path, monkeypatch):
+    """The cache is keyed on the library and results too, not only on a chapter's code."""
+    (tmp_path / "transformer_lib").mkdir()
+    module = tmp_path / "transformer_lib" / "model.py"
+    module.write_text("x = 1\n")
+    (tmp_path / "_config.yml").write_text("execute: {}\n")
+    monkeypatch.setattr(book_cache, "ROOT", tmp_path)
+    monkeypatch.setattr(book_cache, "CACHE", tmp_path / "_build" / ".jupyter_cache")
+    monkeypatch.setattr(book_cache, "STAMP", book_cache.CACHE / "inputs.sha256")
+    assert book_cache.refresh()  # a new cache
+    marker = book_cache.CACHE / "an-execution"
+    marker.write_text("kept while nothing changes")
+    assert not book_cache.refresh() and marker.exists()
+    module.write_text("x = 2\n")
+    assert book_cache.refresh() and not marker.exists()
