@@ -1,6 +1,6 @@
 """Sphinx extension for the book's website: pages that work offline, and notebooks that run anywhere.
 
-Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does four things:
+Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does five things:
 
 * **Vega offline.** Altair's HTML output loads vega, vega-lite and vega-embed from a CDN unless
   the page already has them: it skips a library when the global ``VEGA_DEBUG`` says that version
@@ -16,6 +16,8 @@ Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does four thing
   keeps its chapters as Markdown: the links point at the notebooks the site publishes on the
   ``book_site_notebooks_branch`` (``gh-pages``, see ``.github/workflows/pages.yml``). The same
   branch carries a ``binder/`` environment, so Binder starts with the library installed.
+* **The right repository.** ``BOOK_REPOSITORY=<owner>/<name>`` in the environment (the publishing
+  workflow sets it) points the repository, issue and launch buttons at that repository.
 * **Clean consoles.** sphinx-thebe can register its configuration script twice, which throws
   "Identifier 'THEBE_JS_URL' has already been declared" on every page; we drop exact duplicates.
 """
@@ -215,9 +217,18 @@ def on_build_finished(app: Sphinx, exception) -> None:
     (outdir / ".nojekyll").touch()  # GitHub Pages must serve _static/ and _sources/ as they are
 
 
+def use_repository_from_environment(app: Sphinx, config) -> None:
+    """``BOOK_REPOSITORY=<owner>/<name>`` (the publishing workflow sets it) points the site's
+    repository, issue and launch buttons at that GitHub repository instead of _config.yml's."""
+    repository = os.environ.get("BOOK_REPOSITORY", "").strip("/")
+    if repository.count("/") == 1:
+        config.html_theme_options["repository_url"] = f"https://github.com/{repository}"
+
+
 def setup(app: Sphinx) -> dict:
     # The branch the Pages workflow publishes the built site to; "" turns the retargeting off.
     app.add_config_value("book_site_notebooks_branch", "gh-pages", "html")
+    app.connect("config-inited", use_repository_from_environment)
     app.connect("builder-inited", write_vega_bundle)
     app.connect("html-page-context", on_page, priority=900)  # after the theme's buttons (501)
     app.connect("build-finished", on_build_finished)
