@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# The GPU part of the performance issue: the exact commands, sized for the device machine
-# (10 minutes per command, about 10 minutes of device time in all). Each step is a separate
-# command and writes its own JSON, so an interrupted session resumes at the next step.
+# The performance benchmarks on one GPU (book/performance.md), as a few steps that each take at
+# most about 10 minutes and write their own JSON, so that a stopped run resumes at the next step.
 #
-# Prepare, on the machine that holds the worktree (data/ is git-ignored):
-#   mkdir -p data && cp -r ../shared/data/multi30k data/
-# Then, through the device tool, from the repository root, in this order:
-#   1. bash tools/gpu/perf.sh check train_step     (~1 min check, then ~3 min; carry data/multi30k)
+# Prepare, in the repository root (data/ is git-ignored):
+#   mkdir -p data && cp -r <your Multi30k folder> data/multi30k
+# Then, from the repository root, in this order (the times are estimates for one H100, not
+# measurements):
+#   1. bash tools/gpu/perf.sh check train_step     (~1 min check, then ~3 min)
 #   2. bash tools/gpu/perf.sh compile              (~5 min: compiling two base models dominates)
 #   3. bash tools/gpu/perf.sh scaling attention    (~2 min)
 #   4. bash tools/gpu/perf.sh decoding             (~3 min; incremental vs re-running, test_2016 at beam 4)
-# The times are estimates: no GPU has run this yet. Each step stops itself before the tool's
-# 10 minutes; a step that overran leaves its log under $OUT/logs but no JSON.
-# Pass GIT_COMMIT=<commit> in front when the device's copy has no .git, so the manifests name it:
-#   GIT_COMMIT=$(git rev-parse HEAD) is evaluated here, then written literally into the command.
+# Each step stops itself before 10 minutes; a step that overran leaves its log under $OUT/logs
+# but no JSON.
+# The manifests name the commit of the code: from git in a checkout, otherwise from
+# TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
+#   TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/perf.sh train_step
 # Everything lands under $OUT: results/perf-<gpu>/<benchmark>.json (copy that folder into the
 # repository's results/ and commit it) and logs/<step>.txt (the printed tables).
 set -euo pipefail
 
-: "${OUT:?set OUT to the folder whose contents come back}"
+: "${OUT:?set OUT to the folder that receives the results and the logs}"
 export PYTHONPATH=.
 export TRANSFORMER_LIB_DATA="${TRANSFORMER_LIB_DATA:-data/multi30k}"
 export TOKENIZERS_PARALLELISM=false
@@ -32,7 +33,11 @@ if [ "$#" -eq 0 ]; then
     exit 2
 fi
 if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
-    echo "no Multi30k in $TRANSFORMER_LIB_DATA: carry data/multi30k (see the top of this file)" >&2
+    echo "no Multi30k in $TRANSFORMER_LIB_DATA: copy it to data/multi30k (see the top of this file)" >&2
+    exit 2
+fi
+if [ ! -e .git ] && [ -z "${TRANSFORMER_LIB_COMMIT:-}" ]; then
+    echo "no .git here: set TRANSFORMER_LIB_COMMIT=<commit> so that the manifests name the code" >&2
     exit 2
 fi
 
@@ -43,8 +48,8 @@ mkdir -p "$results" "$OUT/logs"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv \
     > "$OUT/logs/nvidia-smi.csv" || true
 
-# Each step runs under its own limit, below the tool's 10 minutes, so that what finished
-# still comes back when a step overruns.
+# Each step runs under its own limit, below 10 minutes, so that one step that overruns does not
+# take the results of the others with it.
 step() {
     local name=$1 limit=$2
     shift 2

@@ -1,37 +1,37 @@
 #!/usr/bin/env bash
-# The real run of issue 8 on the device machine: the exact commands, sized for its limits
-# (10 minutes per command, 30 minutes of device time per session, a machine that is given back
-# 30 s after a call ends). Each direction is one command: it trains the `full` profile in bf16
-# under a time limit that leaves room for the evaluation, and if training finished it averages the
-# last 5 checkpoints, evaluates the four test sets (beam 4, alpha 0.6) and writes the report.
+# The real run (book/real_run.md) on one GPU, as commands of at most 10 minutes each. Each
+# direction is one command: it trains the `full` profile in bf16 under a time limit that leaves
+# room for the evaluation, and if training finished it averages the last 5 checkpoints, evaluates
+# the four test sets (beam 4, alpha 0.6) and writes the report.
 #
-# Prepare, on the machine that holds the checkout (data/ is git-ignored):
-#   mkdir -p data && cp -r ../shared/data/multi30k data/
-# Then, through the device tool, from the repository root (carry ["data"]), one command each:
-#   1. TRANSFORMER_LIB_COMMIT=<commit> bash tools/gpu/real_run.sh smoke    (~1-2 min)
-#   2. TRANSFORMER_LIB_COMMIT=<commit> bash tools/gpu/real_run.sh de-en    (at most ~9.5 min)
-#   3. TRANSFORMER_LIB_COMMIT=<commit> bash tools/gpu/real_run.sh en-de    (at most ~9.5 min)
-# where <commit> is `git rev-parse HEAD` evaluated here and written literally into the command
-# (the device's copy has no git history; the manifests name that commit). Give each call
-# timeout_s 600. `smoke` runs the whole pipeline at the `ci` size for 30 updates on the GPU
-# first, to catch plumbing errors in a minute instead of after ten.
+# Prepare, in the repository root (data/ is git-ignored):
+#   mkdir -p data && cp -r <your Multi30k folder> data/multi30k
+# Then, from the repository root, one command each (the times are estimates, not measurements):
+#   1. bash tools/gpu/real_run.sh smoke    (~1-2 min)
+#   2. bash tools/gpu/real_run.sh de-en    (at most ~9.5 min)
+#   3. bash tools/gpu/real_run.sh en-de    (at most ~9.5 min)
+# The manifests name the commit of the code: from git in a checkout, otherwise from
+# TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
+#   TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/real_run.sh de-en
+# `smoke` runs the whole pipeline at the `ci` size for 30 updates on the GPU first, to catch
+# plumbing errors in a minute instead of after ten.
 #
 # If a direction prints "training stopped at update N of 8000: run the same command again", the
-# time limit ended training first: call the same command again at once (the work folder runs/
-# survives only while the machine stays warm, 30 s after a call). It resumes exactly.
+# time limit ended training first: run the same command again. It resumes exactly from the work
+# folder runs/full-<src>-<tgt>, so keep runs/ between the commands.
 #
-# What comes back under $OUT: multi30k-<src>-<tgt>.tar.gz (the report folder) and a log per step.
-# Here: `tar xzf <files_at>/multi30k-de-en.tar.gz -C results/`, run
+# What lands under $OUT: multi30k-<src>-<tgt>.tar.gz (the report folder) and a log per step.
+# Unpack it into the repository with `tar xzf $OUT/multi30k-de-en.tar.gz -C results/`, run
 # `pytest tests/test_real_run.py` (it recomputes bleu.json with sacreBLEU), then commit results/.
 set -euo pipefail
 
-: "${OUT:?set OUT to the folder whose contents come back}"
+: "${OUT:?set OUT to the folder that receives the reports and the logs}"
 export PYTHONPATH=.
 export PYTHONUNBUFFERED=1
 export TRANSFORMER_LIB_DATA="${TRANSFORMER_LIB_DATA:-data/multi30k}"
 PYTHON="${PYTHON:-python3}"
 # Training gets this many seconds of each command; startup, the tokenizer and the evaluation of
-# the four test sets (~3,500 sentences at beam 4) need the rest of the 600.
+# the four test sets (~3,500 sentences at beam 4) need the rest of its 10 minutes.
 TRAIN_SECONDS="${TRAIN_SECONDS:-420}"
 
 if [ "$#" -eq 0 ]; then
@@ -39,11 +39,11 @@ if [ "$#" -eq 0 ]; then
     exit 2
 fi
 if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
-    echo "no Multi30k in $TRANSFORMER_LIB_DATA: carry data/ (see the top of this file)" >&2
+    echo "no Multi30k in $TRANSFORMER_LIB_DATA: copy it to data/multi30k (see the top of this file)" >&2
     exit 2
 fi
-if [ ! -d .git ] && [ -z "${TRANSFORMER_LIB_COMMIT:-}" ]; then
-    echo "no .git here: pass TRANSFORMER_LIB_COMMIT=<commit> so the manifest names the code" >&2
+if [ ! -e .git ] && [ -z "${TRANSFORMER_LIB_COMMIT:-}" ]; then
+    echo "no .git here: set TRANSFORMER_LIB_COMMIT=<commit> so that the manifests name the code" >&2
     exit 2
 fi
 export TRANSFORMER_LIB_COMMIT="${TRANSFORMER_LIB_COMMIT:-}"

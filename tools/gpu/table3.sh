@@ -1,30 +1,34 @@
 #!/usr/bin/env bash
-# The Table 3 sweep (issue 10, book/variations.md) on one GPU, in device commands of at most
-# 10 minutes, resumable: every finished variant is a line of results/table3/variants.jsonl, and a
-# rerun skips it. Sized for about 25 minutes of one H100 (the chapter's "Sizing the GPU sweep").
+# The Table 3 sweep (book/variations.md) on one GPU, as commands of at most 10 minutes each,
+# resumable: every finished variant is a line of results/table3/variants.jsonl, and a rerun skips
+# it. Sized for about 25 minutes of one H100 (the chapter's "Sizing the GPU sweep"); that figure
+# is an estimate until `calibrate` has measured the speed of the GPU at hand.
 #
-# Before the first device command, on this machine (CPU, about 20 s):
-#   mkdir -p data && cp -r /work/shared/data/multi30k data/       # data/ is git-ignored
+# Prepare once, in the repository root (on a CPU, about 20 s; data/ is git-ignored):
+#   mkdir -p data && cp -r <your Multi30k folder> data/multi30k
 #   PYTHONPATH=. python tools/table3.py --profile full --prepare   # the sweep's tokenizer
-# The tokenizer then travels with every command, so every part of the sweep uses the same one.
+# Every command below then uses runs/table3-full/tokenizer-en-de-8000.json, so every part of the
+# sweep uses the same tokenizer: keep data/multi30k and that file beside the code.
 #
-# Device commands (the run tool), each with
-#   carry=["data/multi30k", "runs/table3-full/tokenizer-en-de-8000.json"], timeout_s=600:
-#   1. "bash tools/gpu/table3.sh calibrate"             about 1-2 minutes
+# Then, from the repository root:
+#   1. bash tools/gpu/table3.sh calibrate               about 1-2 minutes
 #      Trains the base and the LSTM for 200 updates, prints the measured speed and the sweep's
 #      projected time at 2,000 updates, and the number of updates that would fit 25 minutes.
 #      If the projection is over budget, pass that number as STEPS to every sweep command.
-#   2. "COMMIT=<git rev-parse HEAD> [STEPS=<n>] bash tools/gpu/table3.sh sweep"
+#   2. [STEPS=<n>] bash tools/gpu/table3.sh sweep
 #      Repeat until its output ends with "sweep complete" (three commands by the estimate).
-#      After EACH command, copy the returned files into this tree before the next one (the
-#      device's copy of the tree is refreshed from this one at every call):
-#        cp <files_at>/table3/variants.jsonl <files_at>/table3/manifest.json results/table3/
-#      then commit results/table3/ (small text only: no weights leave the device).
-#   3. Locally: pytest -n 0 tests/test_chapters.py -k variations, which renders the chapter
-#      from the results; then write the row-by-row verdicts into the chapter's prose.
+#      The sweep writes results/table3/ in the repository and also copies variants.jsonl and
+#      manifest.json to $OUT/table3/ (default /tmp/table3-out), for a GPU machine other than
+#      the one you commit from: copy them into results/table3/ there after each command. Commit
+#      results/table3/ (small text only: no weights).
+#      The manifest names the commit of the code: from git in a checkout, otherwise from
+#      TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
+#        TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/table3.sh sweep
+#   3. pytest -n 0 tests/test_chapters.py -k variations, which renders the chapter from the
+#      results; then write the row-by-row verdicts into the chapter's prose.
 #
 # A variant cut off by the time limit resumes from its last checkpoint (every quarter of its
-# updates) if the device is still warm (runs/ is kept between calls), and restarts otherwise.
+# updates) while runs/ is kept between the commands, and restarts otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=. TRANSFORMER_LIB_DATA="${TRANSFORMER_LIB_DATA:-data/multi30k}"
@@ -41,7 +45,7 @@ case "$PROFILE" in
   *) echo "PROFILE must be full or ci, got $PROFILE" >&2; exit 2 ;;
 esac
 if [[ "$PROFILE" == full && ! -f "$tokenizer" ]]; then
-  echo "$tokenizer is missing: prepare it on the CPU and carry it (see the top of $0)" >&2
+  echo "$tokenizer is missing: prepare it with tools/table3.py --prepare (see the top of $0)" >&2
   exit 2
 fi
 
@@ -53,6 +57,10 @@ case "${1:-}" in
       2>&1 | tee "$OUT/table3/calibration.txt"
     ;;
   sweep)
+    if [[ ! -e .git && -z "${TRANSFORMER_LIB_COMMIT:-}" ]]; then
+      echo "no .git here: set TRANSFORMER_LIB_COMMIT=<commit> so that the manifest names the code" >&2
+      exit 2
+    fi
     # 600 s per command: start no variant after about 480 s, stop hard at 560 s, then copy.
     timeout 560 "$PYTHON" tools/table3.py --profile "$PROFILE" --budget-s "${BUDGET_S:-480}" \
       --quiet "${steps[@]}"

@@ -1,0 +1,141 @@
+"""The run cache, ``recipe.cached_run``: a run is trained once per profile, languages and library
+hash, found again without training, and an interrupted one is finished.
+
+A tiny profile on the first few hundred Multi30k pairs keeps each training to a few seconds.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import transformer_lib
+from transformer_lib import recipe
+from transformer_lib.checkpoints import load_checkpoint
+from transformer_lib.data import DATA_ENV, load_multi30k
+from transformer_lib.model import TransformerConfig
+from transformer_lib.tokenizer import VOCAB_SIZE
+from transformer_lib.training import TrainingConfig
+
+SHARED = Path(
+    os.environ.get(DATA_ENV) or Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+)
+needs_data = pytest.mark.skipif(
+    not (SHARED / "train.de.gz").is_file(), reason="the Multi30k copy is not available"
+)
+
+TINY = recipe.Profile(
+    model=TransformerConfig(
+        VOCAB_SIZE, VOCAB_SIZE, d_model=16, d_ff=32, n_heads=2, n_layers=1, dropout=0.1
+    ),
+    training=TrainingConfig(
+        max_steps=3, warmup_steps=2, max_tokens=200, log_every=1, checkpoint_every=1
+    ),
+    vocab_size=300,
+    max_len=32,
+)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """The first pairs of Multi30k's training and validation splits, as plain files (which
+    ``multi30k_file`` takes as they are)."""
+    if not (SHARED / "train.de.gz").is_file():
+        pytest.skip("the Multi30k copy is not available")
+    folder = tmp_path_factory.mktemp("multi30k")
+    for split, count in (("train", 300), ("val", 20)):
+        pairs = load_multi30k(split, "de", "en", SHARED)[:count]
+        for i, language in enumerate(("de", "en")):
+            text = "".join(pair[i] + "\n" for pair in pairs)
+            (folder / f"{split}.{language}").write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def tiny(monkeypatch, tmp_path):
+    """The ``tiny`` profile, a runs folder under tmp_path, and a library hash the test sets."""
+    monkeypatch.setitem(recipe.PROFILES, "tiny", TINY)
+    monkeypatch.setenv("TRANSFORMER_LIB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(recipe, "library_hash", lambda: "0123456789abcdef")
+    return tmp_path / "runs"
+
+
+def count_trainings(monkeypatch) -> list[dict]:
+    """Record the keyword arguments of every call of ``train_translation`` (which still trains)."""
+    calls, original = [], recipe.train_translation
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(recipe, "train_translation", counted)
+    return calls
+
+
+def steps(run: Path) -> int:
+    return load_checkpoint(run / "checkpoints" / "last.pt")["step"]
+
+
+@needs_data
+def test_the_first_call_trains_and_the_second_finds_the_run(tiny, data_dir, monkeypatch):
+    calls = count_trainings(monkeypatch)
+    run = recipe.cached_run("tiny", "de", "en", data_dir=data_dir)
+    assert run == tiny / "tiny-de-en-0123456789abcdef"
+    assert steps(run) == TINY.training.max_steps
+    assert len(calls) == 1 and calls[0]["resume"] is False
+    before = (run / "checkpoints" / "last.pt").stat().st_mtime_ns
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(recipe, "train_translation", no_training)
+    assert recipe.cached_run("tiny", "de", "en", data_dir=data_dir, runs_dir=tiny) == run
+    assert (run / "checkpoints" / "last.pt").stat().st_mtime_ns == before
+
+
+@needs_data
+def test_another_library_hash_is_another_run(tiny, data_dir, monkeypatch):
+    calls = count_trainings(monkeypatch)
+    first = recipe.cached_run("tiny", "de", "en", data_dir=data_dir)
+    monkeypatch.setattr(recipe, "library_hash", lambda: "fedcba9876543210")
+    second = recipe.cached_run("tiny", "de", "en", data_dir=data_dir)
+    assert second != first and second.name == "tiny-de-en-fedcba9876543210"
+    assert len(calls) == 2 and steps(second) == TINY.training.max_steps
+    # The languages are part of the key too.
+    third = recipe.cached_run("tiny", "en", "de", data_dir=data_dir)
+    assert third.name == "tiny-en-de-fedcba9876543210" and len(calls) == 3
+
+
+@needs_data
+def test_an_interrupted_run_is_finished(tiny, data_dir, monkeypatch):
+    run = tiny / "tiny-de-en-0123456789abcdef"
+    recipe.train_translation(
+        "tiny", "de", "en", run, data_dir=data_dir, max_steps=2, progress=False
+    )
+    assert steps(run) == 2
+    calls = count_trainings(monkeypatch)
+    assert recipe.cached_run("tiny", "de", "en", data_dir=data_dir) == run
+    assert [call["resume"] for call in calls] == [True]
+    assert steps(run) == TINY.training.max_steps
+
+
+def test_an_unknown_profile_names_the_choices(tiny):
+    with pytest.raises(ValueError, match="unknown profile 'huge'") as error:
+        recipe.cached_run("huge", "de", "en")
+    assert all(name in str(error.value) for name in recipe.PROFILES)
+    assert not tiny.exists()  # refused before anything was made
+
+
+def test_the_library_hash_follows_the_source(tmp_path, monkeypatch):
+    """The real ``library_hash`` (not the fixture's) changes when any module's source does."""
+    copy = tmp_path / "transformer_lib"
+    shutil.copytree(
+        Path(transformer_lib.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    monkeypatch.setattr(transformer_lib, "__file__", str(copy / "__init__.py"))
+    before = recipe.library_hash()
+    assert before == recipe.library_hash()
+    model = copy / "model.py"
+    model.write_text(model.read_text(encoding="utf-8") + "\n# a comment\n", encoding="utf-8")
+    assert recipe.library_hash() != before
