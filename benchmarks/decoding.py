@@ -3,7 +3,7 @@ one sentence at a time (the way the Annotated Transformer decodes).
 
 A random model (d_model 256, 3 encoder and 3 decoder layers, the book's 8,000-symbol vocabulary),
 source sentences of 20 tokens, outputs of 40 and of 100 steps (no token ends a sentence, so every
-search makes exactly that many steps). Targets of the decoding issue, at 40 steps: incremental /
+search makes exactly that many steps). The ratios it checks, at 40 steps: incremental /
 re-running >= 5x for a batch of 32 and >= 2x for one sentence; batched incremental greedy of 32
 against re-running greedy one at a time >= 15x; batched beam 4 against one-at-a-time beam 4 >= 4x.
 
@@ -41,7 +41,7 @@ from transformer_lib.tokenizer import BOS_ID, VOCAB_SIZE, BPETokenizer
 
 BATCH, SOURCE_LENGTH = 32, 20
 NO_END = -1  # an end-of-sentence id no token has: every search runs to its length limit
-TARGETS = {  # (slow row, fast row) -> the issue's target ratio, at 40 steps
+TARGETS = {  # (slow row, fast row) -> the ratio the fast row should reach, at 40 steps
     ("greedy, batch of 32, re-running", "greedy, batch of 32, incremental"): 5,
     ("greedy, 1 sentence, re-running", "greedy, 1 sentence, incremental"): 2,
     ("greedy, 32 one at a time, re-running", "greedy, batch of 32, incremental"): 15,
@@ -49,7 +49,7 @@ TARGETS = {  # (slow row, fast row) -> the issue's target ratio, at 40 steps
 }
 
 
-SIZES = {  # the issue's small model on a CPU; the paper's base model for the GPU figures
+SIZES = {  # a small model for a CPU; the paper's base model for the GPU figures
     "small": dict(d_model=256, d_ff=1024, n_heads=8, n_layers=3),
     "base": dict(d_model=512, d_ff=2048, n_heads=8, n_layers=6),
 }

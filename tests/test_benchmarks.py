@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.performance import PEAKS, forward_flops, peak_for, training_flops
+from transformer_lib.recurrent import RecurrentConfig, RecurrentTranslator
 from transformer_lib.tokenizer import PAD_ID
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +53,58 @@ def test_flop_formula_equals_the_counter(sizes, shape):
     forward, total = counted(Transformer(config), src, tgt)
     assert forward == forward_flops(config, [s] * batch, [t] * batch)
     assert total == training_flops(config, [s] * batch, [t] * batch) == 3 * forward
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(key_size=3),  # Table 3, row B: queries and keys narrower than the values
+        dict(key_size=16),  # and wider
+        dict(feed_forward=False),  # no position-wise feed-forward network
+        dict(key_size=5, feed_forward=False, norm_first=True),
+    ],
+)
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 9, 4), (3, 5, 13)])
+def test_flop_formula_of_the_variations_equals_the_counter(options, shape):
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        300, 300, d_model=32, d_ff=96, n_heads=4, n_layers=2, dropout=0.0, **options
+    )
+    batch, s, t = shape
+    src, tgt = torch.randint(4, 300, (batch, s)), torch.randint(4, 300, (batch, t))
+    forward, total = counted(Transformer(config), src, tgt)
+    assert forward == forward_flops(config, [s] * batch, [t] * batch)
+    assert total == training_flops(config, [s] * batch, [t] * batch)
+
+
+@pytest.mark.parametrize("sizes", [dict(d_model=32, n_layers=1), dict(d_model=48, n_layers=3)])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 9, 4), (3, 5, 13)])
+def test_flop_formula_of_the_lstm_is_the_counter_plus_its_gates(sizes, shape):
+    """The counter does not see inside nn.LSTM's fused kernel: it must record the formula less
+    the LSTM layers, which cost 2 FLOPs per gate weight and token (each encoder direction reads
+    every source token, the decoder every target token), counted from the module's weights."""
+    torch.manual_seed(0)
+    config = RecurrentConfig(300, 300, dropout=0.0, **sizes)
+    model = RecurrentTranslator(config)
+    batch, s, t = shape
+    src, tgt = torch.randint(4, 300, (batch, s)), torch.randint(4, 300, (batch, t))
+    forward, total = counted(model, src, tgt)
+    assert total == 3 * forward  # outside the LSTM, backward costs twice the forward
+
+    def gate_weights(lstm) -> int:
+        return sum(p.numel() for name, p in lstm.named_parameters() if name.startswith("weight_"))
+
+    gates = 2 * batch * (s * gate_weights(model.encoder) + t * gate_weights(model.decoder))
+    assert forward + gates == forward_flops(config, [s] * batch, [t] * batch)
+    assert training_flops(config, [s] * batch, [t] * batch) == 3 * (forward + gates)
+
+
+def test_flop_formula_counts_each_pair_of_lengths_as_often_as_it_occurs():
+    config = TransformerConfig(200, 200, d_model=32, d_ff=96, n_heads=4, n_layers=2, key_size=3)
+    src, tgt = [3, 11, 3, 5, 3], [7, 2, 7, 5, 8]
+    one_by_one = sum(forward_flops(config, [s], [t]) for s, t in zip(src, tgt, strict=True))
+    assert forward_flops(config, src, tgt) == one_by_one
+    assert forward_flops(config, iter(src), (t for t in tgt)) == one_by_one  # any iterables
 
 
 def test_flop_formula_with_two_vocabularies_counts_the_target_projection():

@@ -28,23 +28,26 @@ from transformer_lib.decoding import (
     translate,
 )
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.performance import training_flops
 from transformer_lib.recurrent import RecurrentConfig, RecurrentDecoder, RecurrentTranslator
-from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
-from transformer_lib.variations import (
+from transformer_lib.sweep import (
     MANIFEST_FILE,
     RESULTS_FILE,
+    _train_variant,
+    read_results,
+    run_sweep,
+    sweep_tokenizer,
+    trained_lengths,
+)
+from transformer_lib.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
+from transformer_lib.variations import (
     SWEEP_PROFILES,
     SweepError,
-    _train_variant,
     build_model,
     matching_recurrent,
-    read_results,
     recurrent_parameters,
-    run_sweep,
     select_variants,
-    sweep_tokenizer,
     sweep_variants,
-    training_flops,
 )
 
 DOUBLE = torch.float64
@@ -61,6 +64,11 @@ def randomise(module: nn.Module, seed: int) -> nn.Module:
 
 def count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
+
+
+def real_lengths(batch) -> tuple[list[int], list[int]]:
+    """Each pair's source and target length in a batch's tensors, padding left out."""
+    return (batch.src != PAD_ID).sum(1).tolist(), (batch.tgt_out != PAD_ID).sum(1).tolist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,24 +398,31 @@ def test_the_full_sweep_has_every_row_of_table_3_and_the_three_questions():
 def test_row_a_keeps_the_computation_constant():
     """§3.2.2: with d_k = d_model / h, every head count costs the same and has the same size."""
     variants = [v for v in sweep_variants(FULL, 8000) if v.row in ("A", "base")]
-    flops = {training_flops(v.model, 1000, 1000, 20, 20) for v in variants}
+    flops = {training_flops(v.model, [20] * 50, [20] * 50) for v in variants}
     with torch.device("meta"):
         sizes = {count(Transformer(v.model)) for v in variants}
     assert len(variants) == 5 and len(flops) == 1 and len(sizes) == 1
 
 
-def test_training_flops_grow_with_tokens_and_shrink_without_the_ffn():
+@pytest.mark.parametrize("name", ["base", "B-dk16", "FFN-none", "RNN-lstm"])
+def test_training_flops_double_with_the_sentences(name):
+    model = {v.name: v for v in sweep_variants(FULL, 8000)}[name].model
+    src, tgt = [7, 20, 33], [9, 18, 40]
+    assert training_flops(model, src * 2, tgt * 2) == 2 * training_flops(model, src, tgt)
+
+
+def test_training_flops_shrink_without_the_ffn_and_with_narrow_keys():
     base = FULL.model
-    one = training_flops(base, 1000, 1000, 20, 20)
-    assert training_flops(base, 2000, 2000, 20, 20) == pytest.approx(2 * one)
-    assert training_flops(dataclasses.replace(base, feed_forward=False), 1000, 1000, 20, 20) < one
-    # Without attention's length terms, 6 x parameters outside the embeddings x tokens, plus the
-    # vocabulary projection of each target token.
+    one = training_flops(base, [20] * 50, [20] * 50)
+    for changes in (dict(feed_forward=False), dict(key_size=16), dict(d_ff=512)):
+        assert training_flops(dataclasses.replace(base, **changes), [20] * 50, [20] * 50) < one
+    # With one-token sentences attention's length terms vanish: 6 x parameters outside the
+    # embeddings x tokens, plus the vocabulary projection of each target token.
     with torch.device("meta"):
         model = Transformer(base)
     layers = count(model) - count(model.generator)
     approximate = 6 * (layers * 1000 + base.d_model * base.tgt_vocab_size * 1000)
-    assert training_flops(base, 1000, 1000, 0, 0) == pytest.approx(approximate, rel=0.01)
+    assert training_flops(base, [1] * 1000, [1] * 1000) == pytest.approx(approximate, rel=0.01)
 
 
 def test_variants_are_chosen_by_name_or_row():
@@ -535,6 +550,12 @@ def test_a_variant_cut_off_resumes_from_its_checkpoint_to_the_same_result(swept,
     batches = BatchesByLength(pairs, variant.training.max_tokens, variant.training.seed)(0)
     assert fresh[0]["train_tgt_tokens"] == sum(batch.n_tokens for batch in batches[:4])
     assert fresh[0]["train_src_tokens"] == sum(int((b.src != 0).sum()) for b in batches[:4])
+    # And its FLOPs are the performance chapter's count over those batches' real lengths.
+    real = [real_lengths(b) for b in batches[:4]]
+    assert fresh[0]["estimated_flops"] == sum(training_flops(variant.model, *r) for r in real)
+    assert trained_lengths(pairs, variant.training.max_tokens, variant.training.seed, 4) == tuple(
+        sum((list(r[side]) for r in real), []) for side in (0, 1)
+    )
     assert not run_dir.exists()  # weights are not kept once the line is written
 
 

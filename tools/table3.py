@@ -28,7 +28,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this tree's library, wherever the command is started from
 DEFAULT_OUT = {"full": ROOT / "results" / "table3", "ci": ROOT / "runs" / "table3-ci" / "results"}
-PEAK_FLOPS = 989e12  # H100 SXM, dense bf16 (NVIDIA's datasheet; 1,979 is with 2:4 sparsity)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,33 +58,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 def list_variants(profile, max_steps: int | None) -> None:
     """Print every variant with its parameters and estimated training cost (an upper bound:
-    every update filled to its token budget, sentences of 32 tokens)."""
+    every update filled to its token budget with pairs of 32 tokens a side)."""
     import torch
 
-    from transformer_lib.variations import build_model, sweep_variants, training_flops
+    from transformer_lib.performance import training_flops
+    from transformer_lib.variations import build_model, sweep_variants
 
     variants = sweep_variants(profile, profile.vocab_size, max_steps)
     print(f"{'variant':12s} {'row':5s} {'params':>8s} {'PFLOP':>7s}  label")
     for v in variants:
         with torch.device("meta"):
             params = sum(p.numel() for p in build_model(v.model).parameters())
-        tokens = v.training.max_steps * v.training.max_tokens
-        flops = training_flops(v.model, tokens, tokens, 32, 32)
+        pairs = v.training.max_steps * v.training.max_tokens // 32  # each costs the same
+        flops = pairs * training_flops(v.model, [32], [32])
         print(f"{v.name:12s} {v.row:5s} {params / 1e6:7.1f}M {flops / 1e15:7.1f}  {v.label}")
 
 
 def calibrate(args, profile, work: Path) -> int:
     """Train the base and the LSTM for a few steps here, then project every variant's time at
-    full length from the measured seconds per estimated FLOP (the LSTM's for the LSTM)."""
+    full length from the measured seconds per FLOP (the LSTM's for the LSTM), counting each
+    variant's FLOPs over the sentences it will train on."""
     import numpy as np
 
+    from transformer_lib.batching import encode_pairs
+    from transformer_lib.data import load_multi30k
+    from transformer_lib.performance import peak_for, training_flops
     from transformer_lib.recurrent import RecurrentConfig
-    from transformer_lib.variations import (
-        run_sweep,
-        sweep_tokenizer,
-        sweep_variants,
-        training_flops,
-    )
+    from transformer_lib.sweep import run_sweep, sweep_tokenizer, trained_lengths
+    from transformer_lib.variations import sweep_variants
 
     scratch = work / "calibration"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -107,29 +107,29 @@ def calibrate(args, profile, work: Path) -> int:
         return 1
     tokenizer, _ = sweep_tokenizer(profile, work, args.src, args.tgt)
     variants = sweep_variants(profile, tokenizer.vocab_size, args.max_steps)
-    lengths = (32, 32)  # only the small attention terms depend on them
     per_flop, eval_s = {}, {}
     for record, kind in zip(records, ("transformer", "lstm"), strict=True):
-        model = variants[0].model if kind == "transformer" else variants[-1].model
-        tokens = record["train_src_tokens"], record["train_tgt_tokens"]
-        flops = training_flops(model, *tokens, *lengths)
-        per_flop[kind] = record["train_wall_s"] / flops
+        rate = record["estimated_flops"] / record["train_wall_s"]  # FLOP/s of the products
+        per_flop[kind] = 1 / rate
         eval_s[kind] = record["eval_wall_s"]
+        peak = peak_for(record["device"])
+        mfu = f", {rate / peak.flops:.0%} of the {peak.name}'s dense bf16 peak" if peak else ""
         print(
             f"{record['name']}, {record['steps']} steps: {record['train_wall_s']:.1f} s training "
-            f"({flops / record['train_wall_s'] / 1e12:.3g} TFLOP/s by the estimate, "
-            f"{flops / record['train_wall_s'] / PEAK_FLOPS:.0%} of an H100's dense bf16 peak), "
-            f"{record['eval_wall_s']:.1f} s evaluation, {record['tokens_per_s']:.0f} target tokens/s"
+            f"({rate / 1e12:.3g} TFLOP/s{mfu}), {record['eval_wall_s']:.1f} s evaluation, "
+            f"{record['tokens_per_s']:.0f} target tokens/s"
         )
-    base = records[0]
-    tokens_per_step = [
-        base[key] / base["steps"] for key in ("train_src_tokens", "train_tgt_tokens")
-    ]
+    train_pairs = load_multi30k("train", args.src, args.tgt, args.data_dir)
+    pairs = encode_pairs(tokenizer, train_pairs, profile.max_len)
+    planned = {}  # (max_tokens, seed, steps) -> the lengths of the sentences trained on
     steps = variants[0].training.max_steps
     total_train = total_eval = 0.0
     for v in variants:
         kind = "lstm" if isinstance(v.model, RecurrentConfig) else "transformer"
-        flops = training_flops(v.model, *(t * steps for t in tokens_per_step), *lengths)
+        batches = (v.training.max_tokens, v.training.seed, v.training.max_steps)
+        if batches not in planned:
+            planned[batches] = trained_lengths(pairs, *batches)
+        flops = training_flops(v.model, *planned[batches])
         seconds = per_flop[kind] * flops
         total_train += seconds
         total_eval += eval_s[kind]
@@ -144,7 +144,8 @@ def calibrate(args, profile, work: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    from transformer_lib.variations import SWEEP_PROFILES, run_sweep, sweep_tokenizer
+    from transformer_lib.sweep import run_sweep, sweep_tokenizer
+    from transformer_lib.variations import SWEEP_PROFILES
 
     profile = SWEEP_PROFILES[args.profile]
     out = args.out or DEFAULT_OUT[args.profile]
@@ -189,12 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import json
 
-    from transformer_lib.variations import (
-        MANIFEST_FILE,
-        read_results,
-        select_variants,
-        sweep_variants,
-    )
+    from transformer_lib.sweep import MANIFEST_FILE, read_results
+    from transformer_lib.variations import select_variants, sweep_variants
 
     tokenizer, _ = sweep_tokenizer(profile, work, args.src, args.tgt, data_dir=args.data_dir)
     wanted = select_variants(

@@ -49,6 +49,7 @@ class RecurrentConfig:
         return self.tie_embeddings and self.src_vocab_size == self.tgt_vocab_size
 
 
+# %% book/variations.md:165 (cell 8)
 class RecurrentTranslator(nn.Module):
     """An LSTM encoder-decoder with attention, called like the :class:`Transformer`.
 
@@ -128,6 +129,7 @@ class RecurrentTranslator(nn.Module):
         return self.generator(outputs)  # (B, T, V_tgt)
 
 
+# %% book/variations.md:251 (cell 10)
 class RecurrentDecoder:
     """The :class:`~transformer_lib.decoding.DecoderState` of a :class:`RecurrentTranslator`: it
     keeps the LSTM's (h, c) and advances it by one token per step."""
