@@ -88,6 +88,7 @@ PROFILES = {
             keep_checkpoints=5,
             validate_every=500,
         ),
+        bleu_sentences=500,
     ),
 }
 
@@ -242,7 +243,7 @@ def train_translation(
     )
 
 
-# %% book/runs.md:520 (cell 16)
+# %% book/runs.md:521 (cell 16)
 def library_hash() -> str:
     """A hash of every module of this package: the identity of the code that trains a run."""
     import transformer_lib  # the installed package (in the book's own cells too)
