@@ -41,6 +41,30 @@ def test_importing_the_package_is_light():
     assert result.stdout.strip() == "[]"
 
 
+def test_every_module_imports_where_there_is_no_fcntl(tmp_path):
+    """Windows has no ``fcntl``: importing the library must not need it (recipe's lock is lazy)."""
+    code = f"""
+import importlib, importlib.util, pkgutil, sys
+from pathlib import Path
+# sacrebleu's lock library picks its backend by platform when imported (msvcrt on Windows):
+# import it first, as it is, so that only this package's own imports meet the missing fcntl.
+if importlib.util.find_spec("portalocker"):
+    import portalocker
+sys.modules["fcntl"] = None  # "import fcntl" now fails, as on Windows
+import transformer_lib
+names = [m.name for m in pkgutil.iter_modules(transformer_lib.__path__) if m.name != "__main__"]
+for name in names:
+    importlib.import_module("transformer_lib." + name)
+from transformer_lib.recipe import _exclusive
+with _exclusive(Path({str(tmp_path / "lock")!r})):
+    pass
+print(len(names))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 15  # every module was found and imported
+
+
 def test_average_writes_the_mean(tmp_path):
     import torch
 
@@ -151,6 +175,45 @@ def test_train_under_torchrun_with_two_processes(tmp_path):
     assert state["step"] == 2 and len(state["rng"]) == 2  # both processes' random states
 
 
+@pytest.mark.slow
+def test_train_on_own_files_in_another_language_pair(tmp_path):
+    import json
+
+    from transformer_lib.checkpoints import load_checkpoint
+
+    corpus = {
+        "train.en": ["A dog runs.", "Two cats sleep.", "A man reads."] * 5,
+        "train.fr": ["Un chien court.", "Deux chats dorment.", "Un homme lit."] * 5,
+        "valid.en": ["A cat runs."],
+        "valid.fr": ["Un chat court."],
+    }
+    for name, lines in corpus.items():
+        (tmp_path / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    out = tmp_path / "run"
+    result = run(
+        "train", "--profile", "ci", "--src", "en", "--tgt", "fr", "--out", str(out), "--quiet",
+        "--train", str(tmp_path / "train.en"), str(tmp_path / "train.fr"),
+        "--valid", str(tmp_path / "valid.en"), str(tmp_path / "valid.fr"), "--max-steps", "2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run_config = json.loads((out / "config.json").read_text())["run"]
+    assert run_config["data"] == "files" and (run_config["src"], run_config["tgt"]) == ("en", "fr")
+    names = ["train.en", "train.fr", "valid.en", "valid.fr"]
+    assert run_config["files"] == [str((tmp_path / name).resolve()) for name in names]
+    assert load_checkpoint(out / "checkpoints" / "last.pt")["step"] == 2
+    checkpoint = str(out / "checkpoints" / "last.pt")
+    translated = subprocess.run(
+        [sys.executable, "-m", "transformer_lib", "translate", "--checkpoint", checkpoint],
+        input="A dog sleeps.\nTwo men read.\n",
+        capture_output=True,
+        text=True,
+    )
+    assert translated.returncode == 0 and len(translated.stdout.split("\n")) == 3
+    refused = run("evaluate", "--checkpoint", checkpoint)  # Multi30k has no English-French split
+    assert refused.returncode == 2 and "trained on your own files" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1
+
+
 # --- translate and evaluate, with a checkpoint of a few updates (its translations are poor, but
 # --- everything around them is what these tests check).
 
@@ -170,7 +233,7 @@ def test_translate_keeps_lines_in_order_with_empty_and_over_long_ones(checkpoint
     from transformer_lib.decoding import SearchConfig, translate
     from transformer_lib.evaluation import load_translator
 
-    lines = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "Hund " * 1500]
+    lines = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde\u2028spielen im Schnee.", "Hund " * 1500]
     result = subprocess.run(
         [sys.executable, "-m", "transformer_lib", "translate", "--checkpoint", str(checkpoint)]
         + ["--beam", "2"],

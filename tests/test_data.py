@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import io
 import os
+import re
 from pathlib import Path
 from urllib.error import URLError
 
@@ -24,6 +25,8 @@ from transformer_lib.data import (
     load_multi30k,
     load_parallel,
     multi30k_file,
+    read_lines,
+    split_lines,
 )
 from transformer_lib.tokenizer import (
     BOS_ID,
@@ -76,6 +79,42 @@ def test_load_parallel_plain_and_gzipped(tmp_path):
         ("Zwei  Katzen.", "Two  cats."),
         ("x\u2028y", "x y"),
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab \t\r\n\u2028\u2029\x85\x0b\x0c\x1c"), max_size=30))
+def test_split_lines_splits_where_python_reading_at_newline_splits(text):
+    """The reference: Python's own stream reading with lines ended by "\\n" alone."""
+    reference = [line.removesuffix("\n").strip() for line in io.StringIO(text, newline="\n")]
+    assert split_lines(text) == reference
+
+
+def test_split_lines_keeps_unicode_separators_inside_a_line():
+    text = "one\u2028two\u2029three\x85four\r\nnext line\n"
+    assert len(text.splitlines()) == 5
+    assert split_lines(text) == ["one\u2028two\u2029three\x85four", "next line"]
+    assert split_lines("") == [] and split_lines("\n") == [""] and split_lines("a") == ["a"]
+
+
+def test_read_lines_is_split_lines_of_the_decoded_file(tmp_path):
+    text = "Ein Hund\u2028läuft.\r\n\n  Zwei Katzen. \n"
+    plain, zipped = tmp_path / "plain.txt", tmp_path / "zipped.txt"
+    plain.write_bytes(text.encode())
+    zipped.write_bytes(gzip.compress(text.encode()))
+    assert read_lines(plain) == read_lines(zipped) == split_lines(text)
+
+
+def test_a_file_that_is_not_utf8_or_a_damaged_gzip_is_a_data_error_naming_it(tmp_path):
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("Ein Hund läuft.\n".encode("latin-1"))
+    with pytest.raises(DataError, match=re.escape(f"{latin} is not UTF-8 text")):
+        read_lines(latin)
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(gzip.compress(b"Ein Hund.\n" * 100)[:30])
+    with pytest.raises(DataError, match=re.escape(f"{cut} is a damaged gzip file")):
+        read_lines(cut)
+    with pytest.raises(FileNotFoundError, match="nothing.txt"):
+        read_lines(tmp_path / "nothing.txt")
 
 
 def test_mismatched_line_counts_name_both_files(tmp_path):

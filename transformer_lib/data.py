@@ -8,6 +8,7 @@
 import gzip
 import hashlib
 import os
+import zlib
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -145,23 +146,39 @@ def multi30k_file(
         ) from err
 
 
-def read_lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a plain or gzipped UTF-8 text file, surrounding whitespace removed.
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text``, one sentence each, surrounding whitespace removed.
 
-    Split on ``\\n`` only: ``str.splitlines`` would also split on rare Unicode separators
-    (U+2028, U+0085) that can occur inside a sentence and would misalign a parallel corpus.
+    Split at ``\\n`` only (a ``\\r`` before it goes with the whitespace): ``str.splitlines``
+    would also split at Unicode's line and paragraph separators (U+2028, U+2029) and at U+0085,
+    which can occur inside a sentence and would misalign a parallel corpus. As in POSIX, a final
+    ``\\n`` ends the last line rather than starting another: ``"\\n"`` is one empty line.
     """
+    if not text:
+        return []
+    if text.endswith("\n"):
+        text = text[:-1]
+    return [line.strip() for line in text.split("\n")]
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a plain or gzipped UTF-8 text file, split by :func:`split_lines`."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist or is not a file")
     with open(path, "rb") as file:
         gzipped = file.read(2) == b"\x1f\x8b"  # the gzip magic number, whatever the file's name
     opener = gzip.open if gzipped else open
-    with opener(path, "rt", encoding="utf-8", newline="") as file:
-        text = file.read()
-    if text.endswith("\n"):
-        text = text[:-1]
-    return [line.strip() for line in text.split("\n")] if text else []
+    try:
+        with opener(path, "rt", encoding="utf-8", newline="") as file:
+            text = file.read()
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{path} is not UTF-8 text ({err.reason}): convert it, e.g. with iconv -t UTF-8"
+        ) from err
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # a truncated or damaged download
+        raise DataError(f"{path} is a damaged gzip file ({err}): fetch it again") from err
+    return split_lines(text)
 
 
 def load_parallel(
