@@ -26,6 +26,7 @@ class UsageError(ValueError):
 LIBRARY_ERRORS = {
     "transformer_lib.data": ("DataError", "DataNotFoundError"),
     "transformer_lib.checkpoints": ("CheckpointError",),
+    "transformer_lib.recipe": ("RecipeError",),
     "transformer_lib.report": ("ReportError",),
 }
 
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:194 (cell 6)
+# %% book/command_line.md:195 (cell 6)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -253,7 +254,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:448 (cell 16)
+# %% book/command_line.md:449 (cell 16)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -275,7 +276,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:515 (cell 20)
+# %% book/command_line.md:516 (cell 20)
 def _add_search_options(command) -> None:
     command.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint to use")
     command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
@@ -357,7 +358,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:631 (cell 24)
+# %% book/command_line.md:632 (cell 24)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

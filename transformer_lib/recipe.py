@@ -21,11 +21,16 @@ from torch import nn
 from transformer_lib import distributed
 from transformer_lib.batching import BatchesByLength, encode_pairs, make_batches
 from transformer_lib.checkpoints import load_checkpoint
-from transformer_lib.data import load_multi30k, load_parallel
+from transformer_lib.data import DataError, load_multi30k, load_parallel
 from transformer_lib.decoding import SearchConfig, translate
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import PAD_ID, VOCAB_SIZE, BPETokenizer
 from transformer_lib.training import TrainingConfig, train
+
+
+class RecipeError(ValueError):
+    """A run that cannot be made as asked: an unknown profile, a folder it cannot use, the wrong
+    number of processes."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,7 @@ def _writable_folder(out: Path) -> None:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as err:
-        raise ValueError(f"cannot write to the output folder {out}: {err.strerror}") from err
+        raise RecipeError(f"cannot write to the output folder {out}: {err.strerror}") from err
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,7 @@ class ParallelCorpus:
         valid_pairs = load_parallel(self.valid_src, self.valid_tgt)
         if not train_pairs or not valid_pairs:
             empty = "training" if not train_pairs else "validation"
-            raise ValueError(f"the {empty} files of the corpus hold no sentence pair")
+            raise DataError(f"the {empty} files of the corpus hold no sentence pair")
         return train_pairs, valid_pairs
 
 
@@ -164,24 +169,24 @@ def train_translation(
     """
     if isinstance(profile, str):
         if profile not in PROFILES:
-            raise ValueError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
+            raise RecipeError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
         name, profile = profile, PROFILES[profile]
     else:
         name = "custom"
     if src == tgt:
-        raise ValueError(f"source and target language are both {src!r}: choose two languages")
+        raise RecipeError(f"source and target language are both {src!r}: choose two languages")
     out = Path(out)
     last = out / "checkpoints" / "last.pt"
     if resume and not last.is_file():
         raise FileNotFoundError(f"nothing to resume: {last} does not exist (drop --resume)")
     if not resume and last.exists():
-        raise ValueError(
+        raise RecipeError(
             f"{out} already holds a run: add --resume to continue it, or pick a new --out"
         )
     training = profile.training
     if max_steps is not None:
         if max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+            raise RecipeError(f"max_steps must be at least 1, got {max_steps}")
         training = dataclasses.replace(training, max_steps=max_steps)
     # The data is read and checked before any other work.
     if corpus is None:
@@ -196,7 +201,7 @@ def train_translation(
 
     rank, world = distributed.rank_and_world()
     if profile.processes is not None and world != profile.processes:
-        raise ValueError(
+        raise RecipeError(
             f"the {name} profile trains as {profile.processes} processes and this is {world}: "
             f"start it with torchrun --standalone --nproc-per-node {profile.processes} "
             "-m transformer_lib train ... (tools/real_run.py does)"
@@ -215,8 +220,13 @@ def train_translation(
     )
     torch.manual_seed(training.seed)  # the same initial weights in every process
     model = Transformer(config)
+    encoded = encode_pairs(tokenizer, train_pairs, profile.max_len)
+    if not encoded:
+        raise DataError(
+            f"every training pair has a side longer than {profile.max_len} tokens: nothing to train on"
+        )
     batches = BatchesByLength(
-        encode_pairs(tokenizer, train_pairs, profile.max_len),
+        encoded,
         training.max_tokens,
         training.seed,
         rank,
@@ -243,7 +253,7 @@ def train_translation(
     )
 
 
-# %% book/runs.md:521 (cell 16)
+# %% book/runs.md:531 (cell 16)
 def library_hash() -> str:
     """A hash of every module of this package: the identity of the code that trains a run."""
     import transformer_lib  # the installed package (in the book's own cells too)
@@ -275,7 +285,7 @@ def cached_run(
     """The folder of a finished ``profile`` run ``src`` -> ``tgt`` trained by this very code,
     training it (or finishing an interrupted one) first when the cache does not hold it."""
     if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
+        raise RecipeError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
     runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
     runs_dir.mkdir(parents=True, exist_ok=True)
     out = runs_dir / f"{profile}-{src}-{tgt}-{library_hash()}"
