@@ -16,7 +16,7 @@ from transformer_lib.attention import MultiHeadAttention, padding_mask, subseque
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 
-def _check_config(c) -> None:
+def _check_config(c: "TransformerConfig") -> None:
     """Refuse a TransformerConfig that cannot build a model, saying why."""
     sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "d_ff", "n_heads", "n_layers")
     for name in (*sizes, "max_len"):  # first: n_heads divides d_model below
