@@ -252,3 +252,138 @@ def test_translate_cuts_a_too_long_sentence_with_a_warning(tokenizer):
     with pytest.warns(UserWarning, match="translating its beginning only"):
         out = translate(model, tokenizer, [SENTENCES[2] * 3], SearchConfig(beam_size=2))
     assert isinstance(out[0], str)
+
+
+# --- The model's own pad id: nothing may assume that padding is token 0.
+
+from transformer_lib.attention import padding_mask as make_padding_mask  # noqa: E402
+
+PAD = 3  # the pad id of the models below; token 0 is an ordinary word to them
+
+
+class WordTokenizer:
+    """A stand-in for the BPE tokenizer: "w0 w7" <-> [0, 7], one token per word, so that a test
+    controls every id (token 0 included) and can count output tokens exactly."""
+
+    def encode_batch(self, texts):
+        return [[int(word[1:]) for word in text.split()] for text in texts]
+
+    def decode_batch(self, outputs):
+        return [" ".join(f"w{token}" for token in ids) for ids in outputs]
+
+
+def model_with_pad(seed: int, pad_id: int = PAD, **changes) -> Transformer:
+    model = random_model(seed, src_vocab_size=23, tgt_vocab_size=23, pad_id=pad_id, **changes)
+    return model.double()
+
+
+def sentences_with_token_zero(seed: int, lengths=(7, 2, 5, 1, 4)) -> list[str]:
+    """Sentences of the given lengths over ids 0 and 4..22 (never a special id nor the pad id),
+    each with the word 0 in its middle."""
+    g = torch.Generator().manual_seed(seed)
+    sentences = []
+    for n in lengths:
+        ids = torch.randint(4, 23, (n,), generator=g).tolist()
+        ids[n // 2] = 0
+        sentences.append(" ".join(f"w{i}" for i in ids))
+    return sentences
+
+
+class FirstStepRecorder:
+    """A ``decoder_state`` for translate: the default IncrementalDecoder, whose first step's logits
+    are kept, one row per sentence, under the sentence's tokens (read up to its </s>)."""
+
+    def __init__(self):
+        self.logits: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def __call__(self, model, src):
+        state, recorder = IncrementalDecoder(model, src), self
+        step = state.step
+
+        def first_step(tokens):
+            logits = step(tokens)  # (N * k, V): beam search repeats each sentence k times
+            state.step = step
+            rows = logits[:: len(logits) // len(src)]  # (N, V): one row per sentence
+            for row, sentence in zip(rows, src.tolist(), strict=True):
+                recorder.logits[tuple(sentence[: sentence.index(EOS_ID)])] = row
+            return logits
+
+        state.step = first_step
+        return state
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("seed", range(4))
+def test_translate_pads_with_the_models_pad_id(beam_size, seed):
+    """A sentence in a padded batch gets the output it gets alone, when the pad id is 3 and 0 is a
+    word: padding with 0, or masking 0 instead of the pad id, changes the padded sentences."""
+    model, tokenizer = model_with_pad(seed), WordTokenizer()
+    sentences = sentences_with_token_zero(seed, lengths=(12, 2, 5, 1, 4, 9, 3))
+    search = SearchConfig(beam_size, extra_length=10, batch_size=len(sentences))  # one batch
+    batched, single = FirstStepRecorder(), FirstStepRecorder()
+    together = translate(model, tokenizer, sentences, search, decoder_state=batched)
+    alone = [translate(model, tokenizer, [s], search, decoder_state=single)[0] for s in sentences]
+    assert together == alone
+    assert (
+        batched.logits.keys()
+        == single.logits.keys()
+        == set(map(tuple, tokenizer.encode_batch(sentences)))
+    )
+    for sentence, logits in single.logits.items():  # the logits too, not only their argmax
+        torch.testing.assert_close(batched.logits[sentence], logits, atol=1e-10, rtol=0)
+
+
+def test_decode_needs_the_source_mask_and_ignores_what_padding_holds():
+    model = model_with_pad(2)
+    src = torch.tensor([[5, 0, 7, 9, 4], [6, 0, PAD, PAD, PAD]])  # (B, S), the second padded
+    other = src.clone()
+    other[1, 2:] = torch.tensor([0, 11, 0])  # other tokens where the padding was
+    tgt = torch.tensor([[BOS_ID, 8, 0, 12], [BOS_ID, 0, 9, PAD]])  # (B, T)
+    src_mask = make_padding_mask(src, PAD)  # (B, 1, 1, S)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        with pytest.raises(TypeError):
+            model.decode(tgt, memory)  # the memory alone cannot tell where the padding is
+        states = model.decode(tgt, memory, src_mask)  # (B, T, d_model)
+        other_memory = model.encode(other, src_mask)
+        assert not torch.allclose(memory[1, 2:], other_memory[1, 2:])  # padding rows differ
+        noise = torch.randn(2, 3, 16, dtype=torch.float64) * 10  # (B, S - 2, d_model)
+        noisy_memory = torch.cat([other_memory[:, :2], noise], dim=1)
+        noisy_memory[0] = other_memory[0]  # the first sentence has no padding
+        real = tgt != PAD
+        for changed in (other_memory, noisy_memory):
+            again = model.decode(tgt, changed, src_mask)
+            torch.testing.assert_close(again[real], states[real], atol=1e-10, rtol=0)
+            # Without the mask the padded positions would be read: the check can fail.
+            unmasked = model.decode(tgt, changed, None)
+            assert not torch.allclose(unmasked[1][real[1]], states[1][real[1]], atol=1e-6)
+
+
+class NeverEnds(torch.nn.Module):
+    """Wraps a model's output projection so that </s> is never the most probable token."""
+
+    def __init__(self, generator: torch.nn.Module):
+        super().__init__()
+        self.inner = generator
+
+    def forward(self, states):
+        logits = self.inner(states)
+        return logits.index_fill(-1, torch.tensor([EOS_ID], device=logits.device), float("-inf"))
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_translate_default_length_limit_is_input_length_plus_50(beam_size):
+    """§6.1: "maximum output length ... input length + 50". With </s> never chosen, an output
+    of a source of n tokens (n + 1 with its </s>) runs to the limit, n + 1 + 50 tokens, and never
+    past the decoder's positions (max_len); a too long source is cut to max_len - 1 tokens."""
+    max_len = 64
+    model = model_with_pad(4, max_len=max_len)
+    model.generator = NeverEnds(model.generator)
+    lengths = (1, 5, 12, 13, 30, 80)
+    sentences = sentences_with_token_zero(4, lengths)
+    with pytest.warns(UserWarning, match="translating its beginning only"):
+        outputs = translate(model, WordTokenizer(), sentences, SearchConfig(beam_size))
+    produced = [len(text.split()) for text in outputs]
+    expected = [min(n + 1 + 50, max_len) for n in lengths]
+    assert expected[:3] == [52, 56, 63] and expected[3:] == [max_len] * 3  # both sides of the clamp
+    assert produced == expected

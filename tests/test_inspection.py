@@ -90,3 +90,30 @@ def test_records_are_one_row_per_kind_layer_head_query_and_key(model):
     assert row["query"] == "c" and row["key"] == "a"
     assert row["weight"] == round(maps["cross"][1, 1, 2, 1, 0].item(), 4)
     assert {r["kind"] for r in rows} == set(KINDS)
+
+
+def test_padding_is_found_from_the_models_pad_id():
+    """With pad id 3 and token 0 an ordinary word, a padded sentence's maps are those it has alone
+    (the padded keys get no weight, and the real ones what they get without padding)."""
+    torch.manual_seed(1)
+    config = TransformerConfig(
+        src_vocab_size=20,
+        tgt_vocab_size=20,
+        d_model=16,
+        d_ff=32,
+        n_heads=4,
+        n_layers=2,
+        dropout=0.0,
+        pad_id=3,
+    )
+    model = Transformer(config).double()
+    src = torch.tensor([[5, 0, 7, 8, 9], [0, 6, 7, 3, 3]])  # (B, S), the second padded with 3
+    tgt = torch.tensor([[1, 9, 0, 7], [1, 0, 6, 3]])  # (B, T)
+    together = attention_maps(model, src, tgt)
+    alone = attention_maps(model, src[1:, :3], tgt[1:, :3])
+    assert (together["encoder"][:, 1, :, :, 3:] == 0).all()
+    assert (together["cross"][:, 1, :, :, 3:] == 0).all()
+    for kind in KINDS:
+        torch.testing.assert_close(
+            together[kind][:, 1:, :, :3, :3], alone[kind], atol=1e-12, rtol=0
+        )

@@ -26,7 +26,7 @@ def subsequent_mask(size: int, device: torch.device | None = None) -> Tensor:
     return causal[None, None]  # (1, 1, T, T)
 
 
-# %% book/attention.md:125 (cell 8)
+# %% book/attention.md:132 (cell 8)
 import math
 
 import torch.nn.functional as F
@@ -58,7 +58,7 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:248 (cell 14)
+# %% book/attention.md:278 (cell 16)
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): h attentions of width d_k = d_v = d_model / h, concatenated.
 
@@ -83,7 +83,9 @@ class MultiHeadAttention(nn.Module):
         if d_k < 1:
             raise ValueError(f"d_k must be positive, got {d_k}")
         self.d_model, self.n_heads, self.d_k, self.d_v = d_model, n_heads, d_k, d_v
-        self.dropout = dropout  # on the attention weights; the paper uses none (0.0)
+        # Dropout on the attention weights. The paper is silent on it (§5.4 names only the
+        # sub-layer outputs and the embedding sums), so the default is none.
+        self.dropout = dropout
         # W^Q and W^K (h * d_k rows each), then W^V (h * d_v = d_model rows), of all heads.
         self.in_proj = nn.Linear(d_model, 2 * n_heads * d_k + d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
