@@ -5,6 +5,7 @@ A tiny profile on the first few hundred Multi30k pairs keeps each training to a 
 """
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -139,3 +140,19 @@ def test_the_library_hash_follows_the_source(tmp_path, monkeypatch):
     model = copy / "model.py"
     model.write_text(model.read_text(encoding="utf-8") + "\n# a comment\n", encoding="utf-8")
     assert recipe.library_hash() != before
+
+
+def test_the_library_hash_ignores_the_tangles_line_markers(tmp_path, monkeypatch):
+    """Prose moved in a chapter shifts the markers of the cells below it, not the code."""
+    copy = tmp_path / "transformer_lib"
+    shutil.copytree(
+        Path(transformer_lib.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    monkeypatch.setattr(transformer_lib, "__file__", str(copy / "__init__.py"))
+    before = recipe.library_hash()
+    model = copy / "model.py"
+    text = model.read_text(encoding="utf-8")
+    assert "\n# %% book/" in text
+    model.write_text(re.sub(r"(# %% book/\S+\.md:)(\d+)", r"\g<1>9\2", text), encoding="utf-8")
+    assert model.read_text(encoding="utf-8") != text
+    assert recipe.library_hash() == before

@@ -255,12 +255,18 @@ def train_translation(
 
 # %% book/runs.md:531 (cell 16)
 def library_hash() -> str:
-    """A hash of every module of this package: the identity of the code that trains a run."""
+    """A hash of every module of this package: the identity of the code that trains a run.
+
+    The tangle's markers (``# %% book/<chapter>.md:<line>``) are left out: they move when the prose
+    around a cell changes, which changes no behaviour and must not retrain a cached run.
+    """
     import transformer_lib  # the installed package (in the book's own cells too)
 
     digest = hashlib.sha256()
     for path in sorted(Path(transformer_lib.__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        lines = path.read_bytes().splitlines(keepends=True)
+        code = b"".join(line for line in lines if not line.startswith(b"# %% "))
+        digest.update(path.name.encode() + b"\0" + code + b"\0")
     return digest.hexdigest()[:16]
 
 
