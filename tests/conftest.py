@@ -16,6 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))  # tools/ is not a package; its scripts are imported by name
 
 
+@pytest.fixture
+def multi30k() -> Path:
+    """The Multi30k folder; the test fails when the files are missing (see helpers.py)."""
+    from helpers import require_multi30k
+
+    return require_multi30k()
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

@@ -1,8 +1,29 @@
-"""Small helpers the tests share: writing throw-away books, comparing tensors exactly."""
+"""Small helpers the tests share: the data, throw-away books, comparing tensors exactly."""
 
+import os
 from pathlib import Path
 
+import pytest
 import torch
+
+# The Multi30k copy the tests read: $TRANSFORMER_LIB_DATA, else ../shared/data/multi30k.
+MULTI30K = Path(
+    os.environ.get("TRANSFORMER_LIB_DATA")
+    or Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+)
+
+
+def require_multi30k() -> Path:
+    """The Multi30k folder; a test that needs it fails (never skips) when the files are missing,
+    so that a run without the data cannot pass by testing less."""
+    if not (MULTI30K / "train.de.gz").is_file():
+        pytest.fail(
+            f"the Multi30k files are missing from {MULTI30K}: set TRANSFORMER_LIB_DATA to a folder "
+            "that holds them (the Makefile uses ../shared/data/multi30k when it exists)",
+            pytrace=False,
+        )
+    return MULTI30K
+
 
 HEADER = """---
 jupytext:

@@ -11,6 +11,7 @@ from urllib.error import URLError
 
 import pytest
 import torch
+from helpers import MULTI30K
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,12 +39,8 @@ from transformer_lib.tokenizer import (
     BPETokenizer,
 )
 
-SHARED = Path(
-    os.environ.get(data.DATA_ENV) or Path(__file__).resolve().parents[2] / "shared/data/multi30k"
-)
-needs_data = pytest.mark.skipif(
-    not (SHARED / "train.de.gz").is_file(), reason="the Multi30k copy is not available"
-)
+SHARED = MULTI30K
+needs_data = pytest.mark.usefixtures("multi30k")
 
 
 def write_gz(path: Path, lines: list[str]) -> Path:
@@ -423,3 +420,18 @@ def test_tokenizer_json_text_round_trip():
     assert again.encode("ein Hund runs") == tokenizer.encode("ein Hund runs")
     with pytest.raises(DataError, match="not a tokenizers JSON"):
         BPETokenizer.from_json("{")
+
+
+def test_a_test_that_needs_multi30k_fails_without_it(tmp_path):
+    """A run without the data must not pass by skipping what needs it."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRANSFORMER_LIB_DATA": str(tmp_path)}  # an empty folder
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+         f"{__file__}::test_every_training_sentence_round_trips"],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "Multi30k files are missing" in done.stdout and "skipped" not in done.stdout

@@ -4,27 +4,23 @@ hash, found again without training, and an interrupted one is finished.
 A tiny profile on the first few hundred Multi30k pairs keeps each training to a few seconds.
 """
 
-import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers import MULTI30K, require_multi30k
 
 import transformer_lib
 from transformer_lib import recipe
 from transformer_lib.checkpoints import load_checkpoint
-from transformer_lib.data import DATA_ENV, load_multi30k
+from transformer_lib.data import load_multi30k
 from transformer_lib.model import TransformerConfig
 from transformer_lib.tokenizer import VOCAB_SIZE
 from transformer_lib.training import TrainingConfig
 
-SHARED = Path(
-    os.environ.get(DATA_ENV) or Path(__file__).resolve().parents[2] / "shared/data/multi30k"
-)
-needs_data = pytest.mark.skipif(
-    not (SHARED / "train.de.gz").is_file(), reason="the Multi30k copy is not available"
-)
+SHARED = MULTI30K
+needs_data = pytest.mark.usefixtures("multi30k")
 
 TINY = recipe.Profile(
     model=TransformerConfig(
@@ -42,8 +38,7 @@ TINY = recipe.Profile(
 def data_dir(tmp_path_factory) -> Path:
     """The first pairs of Multi30k's training and validation splits, as plain files (which
     ``multi30k_file`` takes as they are)."""
-    if not (SHARED / "train.de.gz").is_file():
-        pytest.skip("the Multi30k copy is not available")
+    require_multi30k()
     folder = tmp_path_factory.mktemp("multi30k")
     for split, count in (("train", 300), ("val", 20)):
         pairs = load_multi30k(split, "de", "en", SHARED)[:count]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import site_check
-from helpers import write_chapter, write_toc
+from helpers import require_multi30k, write_chapter, write_toc
 from IPython.core.inputtransformer2 import TransformerManager
 
 from transformer_lib import data
@@ -165,9 +165,7 @@ def test_internal_links_are_checked_with_their_anchors(tmp_path):
 def test_set_up_cell_fetches_multi30k_into_the_cache_when_no_copy_is_at_hand(tmp_path):
     """With the library installed and no data directory, the cell fills the cache and points
     TRANSFORMER_LIB_DATA at it. The files come from a copy put in the cache (no network here)."""
-    shared = os.environ.get(data.DATA_ENV)
-    if not shared or not Path(shared, "val.de.gz").is_file():
-        pytest.skip("needs the Multi30k copy named by TRANSFORMER_LIB_DATA")
+    shared = require_multi30k()
     cache = tmp_path / "cache/transformer_lib/multi30k"
     cache.mkdir(parents=True)
     for name in data.MULTI30K_SHA256:

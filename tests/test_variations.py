@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_close
+from helpers import assert_close, require_multi30k
 from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention, padding_mask, subsequent_mask
@@ -449,8 +449,7 @@ DATA = Path(
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     """A toy sweep of the base and the LSTM for three updates each; the rerun does nothing."""
-    if not (DATA / "train.de.gz").is_file():
-        pytest.skip("the Multi30k copy is not available")
+    require_multi30k()
     root = tmp_path_factory.mktemp("table3")
     out, work = root / "out", root / "work"
     provenance = {"command": "test", "commit": "abc"}
