@@ -1,10 +1,12 @@
 """Small helpers the tests share: the data, throw-away books, comparing tensors exactly."""
 
+import math
 import os
 from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 # The Multi30k copy the tests read: $TRANSFORMER_LIB_DATA, else ../shared/data/multi30k.
 MULTI30K = Path(
@@ -63,3 +65,59 @@ def write_toc(root: Path, *chapters: str) -> None:
 def assert_close(actual, expected, atol=1e-10):
     """Equal within ``atol`` and no relative slack: for float64 comparisons with a reference."""
     torch.testing.assert_close(actual, expected, rtol=0.0, atol=atol)
+
+
+def torch_transformer(ours, dropout: float = 0.0) -> nn.Transformer:
+    """An nn.Transformer (ReLU, batch_first, float64) holding the weights of our ``Transformer``.
+
+    Post-LN: the paper's model has no LayerNorm after the last layer, but nn.Transformer always
+    ends each stack with one, so those two become identities. Pre-LN: both have one; copy it.
+    ``dropout`` is nn.Transformer's own (inside its layers); the caller switches modes.
+    """
+    c = ours.config
+    theirs = nn.Transformer(
+        c.d_model,
+        c.n_heads,
+        c.n_layers,
+        c.n_layers,
+        c.d_ff,
+        dropout=dropout,
+        batch_first=True,
+        norm_first=c.norm_first,
+        dtype=torch.float64,
+    )
+    if c.norm_first:
+        theirs.encoder.norm.load_state_dict(ours.encoder.norm.state_dict())
+        theirs.decoder.norm.load_state_dict(ours.decoder.norm.state_dict())
+    else:
+        theirs.encoder.norm, theirs.decoder.norm = nn.Identity(), nn.Identity()
+
+    def attention(mine, torch_attention):
+        torch_attention.in_proj_weight.data.copy_(mine.in_proj.weight)
+        torch_attention.in_proj_bias.data.copy_(mine.in_proj.bias)
+        torch_attention.out_proj.load_state_dict(mine.out_proj.state_dict())
+
+    def sublayers(mine, torch_layer, norms):
+        torch_layer.linear1.load_state_dict(mine.feed_forward.linear_1.state_dict())
+        torch_layer.linear2.load_state_dict(mine.feed_forward.linear_2.state_dict())
+        for our_norm, their_norm in zip(mine.norms, norms, strict=True):
+            their_norm.load_state_dict(our_norm.state_dict())
+
+    for mine, layer in zip(ours.encoder.layers, theirs.encoder.layers, strict=True):
+        attention(mine.self_attn, layer.self_attn)
+        sublayers(mine, layer, [layer.norm1, layer.norm2])
+    for mine, layer in zip(ours.decoder.layers, theirs.decoder.layers, strict=True):
+        attention(mine.self_attn, layer.self_attn)
+        attention(mine.cross_attn, layer.multihead_attn)
+        sublayers(mine, layer, [layer.norm1, layer.norm2, layer.norm3])
+    return theirs
+
+
+def embed(weight: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """sqrt(d_model) E[token] + PE(pos), with PE in closed form (§3.4, §3.5), in float64."""
+    length, d_model = tokens.shape[1], weight.shape[1]
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    i = torch.arange(d_model)[None, :] // 2
+    angle = pos / 10000 ** (2 * i / d_model)
+    pe = torch.where(torch.arange(d_model) % 2 == 0, torch.sin(angle), torch.cos(angle))
+    return weight[tokens] * math.sqrt(d_model) + pe

@@ -10,11 +10,10 @@ the feed-forward network and on the attention weights, are switched off). And ho
 moved after the residual addition.
 """
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import embed, torch_transformer
 from torch import nn
 
 from transformer_lib import model as model_module
@@ -46,16 +45,6 @@ def tokens(seed: int, batch: int = 3, length: int = 5) -> torch.Tensor:
     return out
 
 
-def embed(weight: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """sqrt(d_model) E[token] + PE(pos), with PE in closed form (§3.4, §3.5)."""
-    length, d_model = tokens.shape[1], weight.shape[1]
-    pos = torch.arange(length, dtype=DOUBLE)[:, None]
-    i = torch.arange(d_model)[None, :] // 2
-    angle = pos / 10000 ** (2 * i / d_model)
-    pe = torch.where(torch.arange(d_model) % 2 == 0, torch.sin(angle), torch.cos(angle))
-    return weight[tokens] * math.sqrt(d_model) + pe
-
-
 # ---------------------------------------------------------------------------------------------
 # The reference: nn.Transformer with our weights, in training mode
 
@@ -63,28 +52,9 @@ def embed(weight: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def reference_model(ours: Transformer) -> nn.Transformer:
     """nn.Transformer (ReLU, batch_first) with our weights and dropout only where §5.4 puts it:
     ``dropout1/2/3`` after each sub-layer; none inside the FFN, none on the attention weights."""
-    c = ours.config
-    theirs = nn.Transformer(
-        c.d_model,
-        c.n_heads,
-        c.n_layers,
-        c.n_layers,
-        c.d_ff,
-        dropout=c.dropout,
-        batch_first=True,
-        norm_first=c.norm_first,
-        dtype=DOUBLE,
-    )
-    if c.norm_first:
-        theirs.encoder.norm.load_state_dict(ours.encoder.norm.state_dict())
-        theirs.decoder.norm.load_state_dict(ours.decoder.norm.state_dict())
-    else:  # the paper's post-LN stacks end without a LayerNorm
-        theirs.encoder.norm, theirs.decoder.norm = nn.Identity(), nn.Identity()
+    theirs = torch_transformer(ours, dropout=ours.config.dropout)
 
-    def attention(mine, torch_attention):
-        torch_attention.in_proj_weight.data.copy_(mine.in_proj.weight)
-        torch_attention.in_proj_bias.data.copy_(mine.in_proj.bias)
-        torch_attention.out_proj.load_state_dict(mine.out_proj.state_dict())
+    def attention(torch_attention):
         torch_attention.dropout = 0.0  # no dropout on the attention weights
         # Dropout draws its mask in memory order, and with batch_first PyTorch's attention
         # returns a (B, L, E) view of an (L, B, E) tensor: a contiguous copy makes both models
@@ -95,20 +65,13 @@ def reference_model(ours: Transformer) -> nn.Transformer:
             None,
         )
 
-    def sublayers(mine, layer, norms):
-        layer.linear1.load_state_dict(mine.feed_forward.linear_1.state_dict())
-        layer.linear2.load_state_dict(mine.feed_forward.linear_2.state_dict())
+    for layer in theirs.encoder.layers:
+        attention(layer.self_attn)
         layer.dropout = nn.Identity()  # no dropout between the FFN's two matrices
-        for our_norm, their_norm in zip(mine.norms, norms, strict=True):
-            their_norm.load_state_dict(our_norm.state_dict())
-
-    for mine, layer in zip(ours.encoder.layers, theirs.encoder.layers, strict=True):
-        attention(mine.self_attn, layer.self_attn)
-        sublayers(mine, layer, [layer.norm1, layer.norm2])
-    for mine, layer in zip(ours.decoder.layers, theirs.decoder.layers, strict=True):
-        attention(mine.self_attn, layer.self_attn)
-        attention(mine.cross_attn, layer.multihead_attn)
-        sublayers(mine, layer, [layer.norm1, layer.norm2, layer.norm3])
+    for layer in theirs.decoder.layers:
+        attention(layer.self_attn)
+        attention(layer.multihead_attn)
+        layer.dropout = nn.Identity()
     return theirs.train()
 
 

@@ -9,10 +9,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_close
+from helpers import assert_close, embed, torch_transformer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch import nn
 
 from transformer_lib.model import Transformer, TransformerConfig, sinusoidal_encoding
 
@@ -252,61 +251,6 @@ def test_a_fixed_offset_is_a_linear_map(k):
 # Equivalence with nn.Transformer
 
 
-def torch_transformer(ours: Transformer) -> nn.Transformer:
-    """An nn.Transformer (ReLU, no dropout, batch_first) holding our weights.
-
-    Post-LN: the paper's model has no LayerNorm after the last layer, but nn.Transformer always
-    ends each stack with one, so those two become identities. Pre-LN: both have one; copy it.
-    """
-    c = ours.config
-    theirs = nn.Transformer(
-        c.d_model,
-        c.n_heads,
-        c.n_layers,
-        c.n_layers,
-        c.d_ff,
-        dropout=0.0,
-        batch_first=True,
-        norm_first=c.norm_first,
-        dtype=DOUBLE,
-    )
-    if c.norm_first:
-        theirs.encoder.norm.load_state_dict(ours.encoder.norm.state_dict())
-        theirs.decoder.norm.load_state_dict(ours.decoder.norm.state_dict())
-    else:
-        theirs.encoder.norm, theirs.decoder.norm = nn.Identity(), nn.Identity()
-
-    def attention(mine, torch_attention):
-        torch_attention.in_proj_weight.data.copy_(mine.in_proj.weight)
-        torch_attention.in_proj_bias.data.copy_(mine.in_proj.bias)
-        torch_attention.out_proj.load_state_dict(mine.out_proj.state_dict())
-
-    def sublayers(mine, torch_layer, norms):
-        torch_layer.linear1.load_state_dict(mine.feed_forward.linear_1.state_dict())
-        torch_layer.linear2.load_state_dict(mine.feed_forward.linear_2.state_dict())
-        for our_norm, their_norm in zip(mine.norms, norms, strict=True):
-            their_norm.load_state_dict(our_norm.state_dict())
-
-    for mine, layer in zip(ours.encoder.layers, theirs.encoder.layers, strict=True):
-        attention(mine.self_attn, layer.self_attn)
-        sublayers(mine, layer, [layer.norm1, layer.norm2])
-    for mine, layer in zip(ours.decoder.layers, theirs.decoder.layers, strict=True):
-        attention(mine.self_attn, layer.self_attn)
-        attention(mine.cross_attn, layer.multihead_attn)
-        sublayers(mine, layer, [layer.norm1, layer.norm2, layer.norm3])
-    return theirs.eval()
-
-
-def embed(weight: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """sqrt(d_model) E[token] + PE(pos), with PE in closed form (§3.4, §3.5)."""
-    length, d_model = tokens.shape[1], weight.shape[1]
-    pos = torch.arange(length, dtype=DOUBLE)[:, None]
-    i = torch.arange(d_model)[None, :] // 2
-    angle = pos / 10000 ** (2 * i / d_model)
-    pe = torch.where(torch.arange(d_model) % 2 == 0, torch.sin(angle), torch.cos(angle))
-    return weight[tokens] * math.sqrt(d_model) + pe
-
-
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # nn.Transformer's notice
 @SETTINGS
 @given(
@@ -323,7 +267,7 @@ def test_equal_to_pytorchs_transformer(heads, d_k, d_ff, n_layers, shape, norm_f
         d_model=heads * d_k, n_heads=heads, d_ff=d_ff, n_layers=n_layers, norm_first=norm_first
     )
     ours = random_model(config, seed)
-    theirs = torch_transformer(ours)
+    theirs = torch_transformer(ours).eval()
     batch, s, t = shape
     g = torch.Generator().manual_seed(seed)
     src = random_tokens(g, batch, s, config.src_vocab_size, config.pad_id)
