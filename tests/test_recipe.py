@@ -123,13 +123,20 @@ def test_an_unknown_profile_names_the_choices(tiny):
     assert not tiny.exists()  # refused before anything was made
 
 
-def test_the_library_hash_follows_the_source(tmp_path, monkeypatch):
-    """The real ``library_hash`` (not the fixture's) changes when any module's source does."""
+@pytest.fixture
+def library_copy(tmp_path, monkeypatch) -> Path:
+    """A copy of the package's source that ``library_hash`` reads instead of the real one."""
     copy = tmp_path / "transformer_lib"
     shutil.copytree(
         Path(transformer_lib.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__")
     )
     monkeypatch.setattr(transformer_lib, "__file__", str(copy / "__init__.py"))
+    return copy
+
+
+def test_the_library_hash_follows_the_source(library_copy):
+    """The real ``library_hash`` (not the fixture's) changes when any module's source does."""
+    copy = library_copy
     before = recipe.library_hash()
     assert before == recipe.library_hash()
     model = copy / "model.py"
@@ -137,13 +144,9 @@ def test_the_library_hash_follows_the_source(tmp_path, monkeypatch):
     assert recipe.library_hash() != before
 
 
-def test_the_library_hash_ignores_the_tangles_line_markers(tmp_path, monkeypatch):
+def test_the_library_hash_ignores_the_tangles_line_markers(library_copy):
     """Prose moved in a chapter shifts the markers of the cells below it, not the code."""
-    copy = tmp_path / "transformer_lib"
-    shutil.copytree(
-        Path(transformer_lib.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    monkeypatch.setattr(transformer_lib, "__file__", str(copy / "__init__.py"))
+    copy = library_copy
     before = recipe.library_hash()
     model = copy / "model.py"
     text = model.read_text(encoding="utf-8")
