@@ -24,8 +24,8 @@ LAYERS = [
     ["provenance"],  # atomic files, commit, machine: knows nothing of the model or the data
     ["attention", "checkpoints", "data", "distributed"],  # masks, files, processes
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
-    ["batching", "decoding", "inspection", "training"],  # built on a model or a tokenizer
-    ["evaluation", "performance", "recurrent"],  # BLEU and averaging; FLOPs; the LSTM baseline
+    ["batching", "decoding", "inspection", "recurrent", "training"],  # on a model or a tokenizer
+    ["evaluation", "performance"],  # BLEU and averaging; FLOPs (of both kinds of model)
     ["recipe", "variations"],  # a training recipe; the variants of Table 3
     ["report", "sweep"],  # what a finished run or a sweep writes
     ["cli"],  # the command line only wires the others
@@ -36,9 +36,7 @@ LAYER = {module: i for i, modules in enumerate(LAYERS) for module in modules}
 MAX_LINES = 420
 # Modules allowed to be longer for now, each with its reason. An exception only applies while the
 # module is still too long: the test passes as soon as it is not.
-LONG_MODULES = {
-    "variations": "being split into variations (the variants) and sweep (running them)",
-}
+LONG_MODULES: dict[str, str] = {}
 
 
 def imported_modules(module: str) -> set[str]:

@@ -207,10 +207,8 @@ def run_train(args: argparse.Namespace) -> int:
     import torch
 
     from transformer_lib import distributed
-    from transformer_lib.recipe import PROFILES, train_translation
+    from transformer_lib.recipe import train_translation
 
-    if args.src == args.tgt:
-        raise UsageError(f"source and target language are both {args.src!r}: choose two languages")
     corpus = _corpus(args)
     _check_data_dir(args.data_dir)
     if args.max_steps is not None and args.max_steps < 1:
@@ -220,14 +218,7 @@ def run_train(args: argparse.Namespace) -> int:
     _check_run_folder(args.out, args.resume)
     device = distributed.start_from_environment()  # under torchrun: join its process group
     rank, world = distributed.rank_and_world()
-    try:
-        processes = PROFILES[args.profile].processes
-        if processes is not None and world != processes:
-            raise UsageError(
-                f"the {args.profile} profile trains as {processes} processes and this is "
-                f"{world}: start it with torchrun --standalone --nproc-per-node {processes} "
-                "-m transformer_lib train ..."
-            )
+    try:  # train_translation checks the rest: the languages, the profile's process count
         summary = train_translation(
             args.profile,
             args.src,
@@ -254,7 +245,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:449 (cell 16)
+# %% book/command_line.md:440 (cell 16)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -276,7 +267,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:516 (cell 20)
+# %% book/command_line.md:507 (cell 20)
 def _add_search_options(command) -> None:
     command.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint to use")
     command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
@@ -358,7 +349,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:632 (cell 24)
+# %% book/command_line.md:623 (cell 24)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
