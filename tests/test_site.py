@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import site_check
+import yaml
 from helpers import require_multi30k, write_chapter, write_toc
 from IPython.core.inputtransformer2 import TransformerManager
 
@@ -24,6 +25,11 @@ sys.path.insert(0, str(ROOT / "_ext"))
 import book_site  # noqa: E402 - the extension lives in _ext/, outside the package
 
 JUPYTER_BOOK = Path(sys.executable).parent / "jupyter-book"
+# owner/name of the repository the site's buttons point to: _config.yml's, or the publishing
+# workflow's BOOK_REPOSITORY (see _ext/book_site.py)
+REPOSITORY = os.environ.get("BOOK_REPOSITORY", "").strip("/") or yaml.safe_load(
+    (ROOT / "_config.yml").read_text()
+)["repository"]["url"].removeprefix("https://github.com/")
 CHROMIUM = site_check.find_chromium()
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None,
@@ -84,7 +90,7 @@ def test_downloadable_notebooks_start_with_the_set_up_cell(small_site):
         assert book_site.SETUP_TAG in first["metadata"]["tags"]
         source = "".join(first["source"])
         assert "import transformer_lib" in source and "%pip install" in source
-        assert "git+https://github.com/annotated-transformer/book@" in source
+        assert f"git+https://github.com/{REPOSITORY}@" in source
         assert any("the intro ran" in "".join(c["source"]) for c in notebook["cells"]) == (
             name == "intro"
         )
@@ -93,11 +99,9 @@ def test_downloadable_notebooks_start_with_the_set_up_cell(small_site):
 @pytest.mark.slow
 def test_launch_links_open_the_published_notebook(small_site):
     page = (small_site / "book/charts.html").read_text(encoding="utf-8")
-    notebook = "annotated-transformer/book/blob/gh-pages/_sources/book/charts.ipynb"
+    notebook = f"{REPOSITORY}/blob/gh-pages/_sources/book/charts.ipynb"
     assert f"https://colab.research.google.com/github/{notebook}" in page
-    assert (
-        "https://mybinder.org/v2/gh/annotated-transformer/book/gh-pages?urlpath=lab/tree/" in page
-    )
+    assert f"https://mybinder.org/v2/gh/{REPOSITORY}/gh-pages?urlpath=lab/tree/" in page
     assert "_sources/book/charts.ipynb" in page  # the download button
     assert (small_site / "binder/requirements.txt").read_text().startswith("transformer_lib[")
 
@@ -172,7 +176,7 @@ def test_set_up_cell_fetches_multi30k_into_the_cache_when_no_copy_is_at_hand(tmp
         shutil.copy(Path(shared, name), cache / name)
 
     class FakeConfig:
-        html_theme_options = {"repository_url": "https://github.com/annotated-transformer/book"}
+        html_theme_options = {"repository_url": f"https://github.com/{REPOSITORY}"}
 
     class FakeApp:
         config = FakeConfig()

@@ -14,6 +14,8 @@ runs of the earlier ones.
     python tools/laptop_search.py calibrate                 # on a quiet machine
     python tools/laptop_search.py rung --minutes 18         # every candidate
     python tools/laptop_search.py rung --minutes 40 --only lr_1.0,dropout_0.1
+    python tools/laptop_search.py precision              # float32 or bf16 autocast
+    python tools/laptop_search.py processes              # 2 processes x 1 thread or 1 x 2
     python tools/laptop_search.py table
 
 Results go to results/laptop-search/: ``search.jsonl`` (one line per calibration and per
@@ -36,8 +38,10 @@ sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed 
 
 RESULTS = ROOT / "results" / "laptop-search"
 SRC, TGT = "de", "en"
-PROCESSES = 2  # one per core: 20% faster than one process of two threads on 2 cores
+CORES = 2
+PROCESSES = 2  # one per core: `processes` measures this against one process of two threads
 CALIBRATION_STEPS = 35  # the first 5 are left out (they include warming up)
+PRECISION_UPDATES = 3  # after one to warm up: bf16 is slow enough on CPUs without bf16 units
 
 # One change each to the starting point: (TransformerConfig changes, TrainingConfig changes,
 # Profile changes). The starting point is the untuned first try (d_model 256, 3+3 layers, d_ff
@@ -52,6 +56,8 @@ CANDIDATES = {
     "batch_2048": ({}, {"max_tokens": 1024, "warmup_steps": 800}, {}),
     "layers_4": ({"n_layers": 4}, {}, {}),
     "d_ff_512": ({"d_ff": 512}, {}, {}),
+    "d_model_192": ({"d_model": 192, "d_ff": 768, "n_heads": 3}, {}, {}),
+    "d_model_320": ({"d_model": 320, "d_ff": 1280, "n_heads": 5}, {}, {}),
 }
 
 
@@ -99,6 +105,10 @@ def worker(args: argparse.Namespace) -> None:
         if args.calibrate:
             changes = dict(log_every=5, validate_every=10**9, checkpoint_every=10**9)
         profile = candidate_profile(args.name, **changes)
+        if args.processes != PROCESSES:  # the same tokens per update, over fewer processes
+            per_process = profile.training.max_tokens * PROCESSES // args.processes
+            training = dataclasses.replace(profile.training, max_tokens=per_process)
+            profile = dataclasses.replace(profile, training=training, processes=args.processes)
         if args.calibrate:
             profile = dataclasses.replace(profile, bleu_sentences=0)
         last = args.out / "checkpoints" / "last.pt"
@@ -115,12 +125,17 @@ def worker(args: argparse.Namespace) -> None:
         torch.distributed.destroy_process_group()
 
 
-def launch(name: str, out: Path, steps: int, calibrate: bool = False) -> None:
+def launch(
+    name: str, out: Path, steps: int, calibrate: bool = False, processes: int = PROCESSES
+) -> None:
+    """Train candidate ``name`` to update ``steps`` in ``out`` with ``processes`` processes that
+    share the machine's two cores (one thread each, or all the threads for one process)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", str(PROCESSES), str(Path(__file__).resolve()), "_worker"]
+    command += ["--nproc-per-node", str(processes), str(Path(__file__).resolve()), "_worker"]
     command += [name, "--out", str(out), "--steps", str(steps)]
     command += ["--calibrate"] if calibrate else []
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command += ["--processes", str(processes)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, CORES // processes))}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     subprocess.run(command, env=env, check=True)
 
@@ -165,11 +180,96 @@ def calibrate(args: argparse.Namespace) -> None:
         out = args.work / "calibration" / name
         if out.exists():
             subprocess.run(["rm", "-rf", str(out)], check=True)
-        launch(name, out, CALIBRATION_STEPS, calibrate=True)
-        train = [r for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
-        first, last = train[0], train[-1]  # steps 5 and 35
-        seconds = (last["wall_s"] - first["wall_s"]) / (last["step"] - first["step"])
+        seconds = timed_updates(name, out)
         append({"kind": "calibration", "name": name, "s_per_update": round(seconds, 4)})
+
+
+def timed_updates(name: str, out: Path, processes: int = PROCESSES) -> float:
+    """Seconds per update of candidate ``name``, from updates 5 to 35 of a fresh run in ``out``."""
+    if out.exists():
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+    launch(name, out, CALIBRATION_STEPS, calibrate=True, processes=processes)
+    train = [r for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
+    first, last = train[0], train[-1]  # steps 5 and 35
+    return (last["wall_s"] - first["wall_s"]) / (last["step"] - first["step"])
+
+
+def processes(args: argparse.Namespace) -> None:
+    """Two processes of one thread against one process of two threads, with the same tokens per
+    update: which way of using the two cores trains faster."""
+    measured = {}
+    for count in (PROCESSES, 1):
+        out = args.work / "processes" / str(count)
+        measured[count] = timed_updates("start", out, processes=count)
+    append(
+        {
+            "kind": "processes",
+            "name": "start",
+            "s_per_update": {
+                f"{n} x {CORES // n} threads": round(s, 4) for n, s in measured.items()
+            },
+            "speed-up": round(measured[1] / measured[PROCESSES], 3),
+        }
+    )
+
+
+def precision(args: argparse.Namespace) -> None:
+    """float32 against bf16 autocast on this CPU: seconds per update of the starting point's model
+    on the same batches (one process, all threads), and the loss each reaches from the same start.
+
+    Random token ids in Multi30k's sentence lengths stand in for the data: the cost of an update
+    depends on the shapes, not on which tokens fill them.
+    """
+    import contextlib
+
+    import torch
+
+    from transformer_lib.batching import collate
+    from transformer_lib.model import Transformer
+    from transformer_lib.training import make_optimizer, update_step
+
+    profile = candidate_profile("start")
+    config = profile.model
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(8, 20, (PRECISION_UPDATES + 1, 2, 64), generator=generator)
+    batches = [
+        collate(
+            [
+                (
+                    torch.randint(
+                        4, config.src_vocab_size, (int(s),), generator=generator
+                    ).tolist(),
+                    torch.randint(
+                        4, config.tgt_vocab_size, (int(t),), generator=generator
+                    ).tolist(),
+                )
+                for s, t in zip(*update, strict=True)
+            ]
+        )
+        for update in lengths
+    ]
+    record = {"kind": "precision", "name": "start", "sentences_per_update": 64}
+    for label, autocast in (
+        ("float32", contextlib.nullcontext),
+        ("bf16", lambda: torch.autocast("cpu", dtype=torch.bfloat16)),
+    ):
+        torch.manual_seed(0)
+        model = Transformer(config)
+        optimizer, scheduler = make_optimizer(model, config.d_model, 400, 0.5)
+        model.train()
+        update_step(model, [batches[0]], optimizer, scheduler, profile.training, 0, autocast())
+        started = time.perf_counter()
+        for batch in batches[1:]:
+            loss, tokens = update_step(
+                model, [batch], optimizer, scheduler, profile.training, 0, autocast()
+            )
+        seconds = (time.perf_counter() - started) / PRECISION_UPDATES
+        record[label] = {"s_per_update": round(seconds, 4), "last_loss": round(loss / tokens, 4)}
+        print(label, record[label], flush=True)
+    record["bf16_over_float32"] = round(
+        record["bf16"]["s_per_update"] / record["float32"]["s_per_update"], 2
+    )
+    append(record)
 
 
 def validation_bleu(run: Path) -> dict:
@@ -267,7 +367,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python tools/laptop_search.py", description=__doc__)
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "laptop-search")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, run in (("calibrate", calibrate), ("rung", rung), ("table", table)):
+    subcommands = (
+        ("calibrate", calibrate),
+        ("rung", rung),
+        ("precision", precision),
+        ("processes", processes),
+        ("table", table),
+    )
+    for name, run in subcommands:
         command = commands.add_parser(name)
         command.add_argument("--only", help="comma-separated candidate names")
         if name == "rung":
@@ -278,6 +385,7 @@ def main() -> None:
     hidden.add_argument("--out", type=Path, required=True)
     hidden.add_argument("--steps", type=int, required=True)
     hidden.add_argument("--calibrate", action="store_true")
+    hidden.add_argument("--processes", type=int, default=PROCESSES)
     hidden.set_defaults(run=worker)
     args = parser.parse_args()
     if args.command != "_worker":
