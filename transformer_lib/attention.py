@@ -26,7 +26,7 @@ def subsequent_mask(size: int, device: torch.device | None = None) -> Tensor:
     return causal[None, None]  # (1, 1, T, T)
 
 
-# %% book/attention.md:132 (cell 8)
+# %% book/attention.md:129 (cell 8)
 import math
 
 import torch.nn.functional as F
@@ -58,7 +58,7 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:278 (cell 16)
+# %% book/attention.md:275 (cell 16)
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): h attentions of width d_k = d_v = d_model / h, concatenated.
 

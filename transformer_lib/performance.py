@@ -61,11 +61,12 @@ def training_flops(
     src_lengths: Iterable[int],
     tgt_lengths: Iterable[int],
 ) -> int:
-    """Forward, then backward at twice the forward's cost: 3 x :func:`forward_flops`."""
+    """Forward, then backward at twice the forward's cost: 3 x :func:`forward_flops` (the
+    training cost of Table 2, per step)."""
     return 3 * forward_flops(config, src_lengths, tgt_lengths)
 
 
-# %% book/performance.md:284 (cell 12)
+# %% book/performance.md:285 (cell 12)
 @dataclass(frozen=True)
 class Peak:
     """An accelerator's peak rate of dense bf16 matrix products, and where the number is from."""

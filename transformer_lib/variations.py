@@ -23,7 +23,7 @@ class SweepError(ValueError):
 
 @dataclass(frozen=True)
 class Variant:
-    """One row of the sweep: a model and how to train it, and where it sits in Table 3."""
+    """One row of the sweep: a model and how to train it, and where it sits in Table 3 (§6.2)."""
 
     name: str  # unique and file-safe, e.g. "A-h1": the key of its line in the results
     row: str  # Table 3's group ("base", "A" to "E") or ours ("noise", "FFN", "RNN")
