@@ -29,7 +29,7 @@ from transformer_lib.checkpoints import (
     set_rng_state,
     write_checkpoint,
 )
-from transformer_lib.provenance import jsonable
+from transformer_lib.provenance import jsonable, write_text_atomically
 
 
 # %% book/training.md:87 (cell 5)
@@ -183,7 +183,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.is_file():
         return
     kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
+    write_text_atomically(path, "".join(line + "\n" for line in kept))  # never half a log
 
 
 def train(
@@ -271,7 +271,7 @@ def train(
         torch.manual_seed(config.seed + rank)
         if rank == 0:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
+            write_text_atomically(run_dir / "config.json", json.dumps(settings, indent=2) + "\n")
 
     network = distributed.wrap(model, device)
     autocast = torch.autocast(
