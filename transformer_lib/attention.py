@@ -39,15 +39,17 @@ def scaled_dot_product_attention(
     value: Tensor,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, written out (§3.2.1, equation 1).
 
     Shapes: query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v); ``mask`` broadcasts
     to (..., L_q, L_k), ``True`` = may attend. Returns the output (..., L_q, d_v) and the weights
     (..., L_q, L_k). A query with no key to attend to gets zero weights and a zero output.
+    ``scale`` replaces 1/sqrt(d_k) (as in PyTorch's function); only experiments change it.
     """
-    d_k = query.shape[-1]
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., L_q, L_k)
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * scale  # (..., L_q, L_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
@@ -58,13 +60,14 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:275 (cell 16)
+# %% book/attention.md:278 (cell 16)
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): h attentions of width d_k = d_v = d_model / h, concatenated.
 
     ``forward(query (B, L_q, d_model), key (B, L_k, d_model), value (B, L_k, d_model), mask)``
     returns (B, L_q, d_model). ``mask`` broadcasts to (B, h, L_q, L_k), ``True`` = may attend.
     ``d_k`` sets another width for queries and keys (Table 3, row B); values keep d_model / h.
+    ``scale`` replaces the 1/sqrt(d_k) of the scores (footnote 4), for experiments only.
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         d_k: int | None = None,
+        scale: float | None = None,
     ):
         super().__init__()
         if d_model % n_heads:
@@ -86,6 +90,7 @@ class MultiHeadAttention(nn.Module):
         # Dropout on the attention weights. The paper is silent on it (§5.4 names only the
         # sub-layer outputs and the embedding sums), so the default is none.
         self.dropout = dropout
+        self.scale = scale  # None: 1/sqrt(d_k), the paper's
         # W^Q and W^K (h * d_k rows each), then W^V (h * d_v = d_model rows), of all heads.
         self.in_proj = nn.Linear(d_model, 2 * n_heads * d_k + d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
@@ -130,7 +135,9 @@ class MultiHeadAttention(nn.Module):
                     cache["key"], cache["value"] = k, v
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
-            out, self.weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)
+            out, self.weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, self.scale)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scale
+            )
         return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, L_q, d_model)
