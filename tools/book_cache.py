@@ -34,6 +34,7 @@ INPUTS = (
     "transformer_lib/*.py",
     "benchmarks/*.py",
     "results/**/*",
+    "runs/laptop-de-en/average.pt",  # the walkthrough's model, when the laptop run is here
     "requirements.txt",
     "_config.yml",
 )
