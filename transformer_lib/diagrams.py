@@ -105,9 +105,9 @@ class Canvas:
         if shape is not None:
             (x0, y0), (x1, y1), label = points[-2], points[-1], f"{label}{shape}"
             if x0 == x1:  # just below the arrowhead, where it enters the box above
-                self.text(x1 + 6, y1 + 19, label, 10.5, True, anchor="start", tensor=tensor)
+                self.text(x1 + 6, y1 + 18, label, 11.5, True, anchor="start", tensor=tensor)
             else:
-                self.text((x0 + x1) / 2, y0 - 5, label, 10.5, True, tensor=tensor)
+                self.text((x0 + x1) / 2, y0 - 5, label, 11.5, True, tensor=tensor)
 
     @contextmanager
     def link(self, code, attribute: str | None = None, href: str | None = None) -> Iterator[str]:
@@ -121,7 +121,7 @@ class Canvas:
         """A box centred on ``cx``, top ``y``: the paper's name above, in code font the code."""
         self.rect(cx - w / 2, y, w, BOX_H, fill)
         self.text(cx, y + 16, title, 12, bold=True)
-        self.text(cx, y + 31, code_text, 10.5, mono=True)
+        self.text(cx, y + 31, code_text, 11, mono=True)
 
     def box(self, cx, y, w, box: Box):
         """``box`` drawn by ``box_shape``, a link to the cell that defines its code."""
@@ -142,7 +142,8 @@ class Canvas:
             f'<svg xmlns="http://www.w3.org/2000/svg" class="transformer-figure" '
             f'viewBox="0 {top:g} {width:g} {height:g}" width="{width:g}" '
             'style="max-width: 100%; height: auto">'
-            "<style>.transformer-figure a:hover rect { stroke-width: 2.4; }</style>"
+            "<style>.transformer-figure a { text-decoration: none; }"
+            ".transformer-figure a:hover rect { stroke-width: 2.4; }</style>"
             f'<defs><marker id="{marker}" viewBox="0 0 10 10" refX="9" refY="5" '
             'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
             '<path d="M0,0 L10,5 L0,10 z" fill="#333"/></marker></defs>'
@@ -203,7 +204,7 @@ def _multi_head_panel(c: Canvas, attention: MultiHeadAttention, left, top, botto
     with c.link(scaled_dot_product_attention) as name:
         c.stack(cx - 150, y, 300, BOX_H, heads, FILLS["attention"], "head", step)
         c.text(cx, y + 16, "Scaled Dot-Product Attention", 12, bold=True)
-        c.text(cx, y + 31, name, 10.5, mono=True)
+        c.text(cx, y + 31, name, 11, mono=True)
     h_at = (cx + 150 + heads * step + 6, y + BOX_H / 2 - (heads - 1) * step / 2 + 5)
     c.text(*h_at, "h", 15, bold=True, anchor="start")
     y_cat = y - (heads - 1) * step - 30 - BOX_H
@@ -340,7 +341,7 @@ def _column(c: Canvas, model: Transformer, stack: str, cx: float, shapes, top_bo
         box_top = y - gap - BOX_H
         c.arrow((cx, y), (cx, box_top + BOX_H), shape=shapes[key], tensor=key)
         if first <= i <= last and residual_from is None:  # it leaves below the sub-layer
-            residual_from = y - (18 if i == first else 6)
+            residual_from = y - (18 if i == first else 4)
         c.box(cx, box_top, width, box)
         if box.title.startswith("Add"):
             xs, ys = cx + side * (width / 2 + 13), box_top + BOX_H / 2
@@ -380,7 +381,7 @@ def figure_1(model: Transformer, src: Tensor, tgt: Tensor) -> str:
         (dx - 60, cross + 15),
         (dx - 60, cross),
     )
-    c.text((ex + mid) / 2, up - 5, f"memory {shapes[memory]}", 10.5, True, tensor=memory)
+    c.text((ex + mid) / 2, up - 5, f"memory {shapes[memory]}", 11.5, True, tensor=memory)
     b, s, t = *shapes["src"], shapes["tgt"][1]
     with c.link(Transformer) as label:
         sizes = f"B = {b}, S = {s}, T = {t}, d_model = {model.config.d_model}, V = {shapes[''][-1]}"
