@@ -156,7 +156,7 @@ class Canvas:
 # Figure 2, left: the lines of scaled_dot_product_attention, bottom to top, as the paper's boxes.
 ATTENTION_STEPS = [
     ("MatMul", "query @ key.transpose(-2, -1)"),
-    ("Scale", "/ math.sqrt(d_k)"),
+    ("Scale", "* scale"),
     ("Mask (opt.)", 'masked_fill(~mask, float("-inf"))'),
     ("SoftMax", "torch.softmax(scores, dim=-1)"),
     ("MatMul", "weights @ value"),
