@@ -1,5 +1,5 @@
 """Time decoding: the incremental decoder against the re-running one, and batched search against
-one sentence at a time (the way the Annotated Transformer decodes).
+one sentence at a time (the way the Annotated Transformer of Rush et al., harvardnlp, 2018, decodes).
 
 A random model (d_model 256, 3 encoder and 3 decoder layers, the book's 8,000-symbol vocabulary),
 source sentences of 20 tokens, outputs of 40 and of 100 steps (no token ends a sentence, so every

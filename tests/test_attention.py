@@ -136,6 +136,26 @@ def test_written_out_attention_is_equation_1_for_one_query():
     assert out[0].tolist() == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+def test_another_scale_replaces_one_over_root_d_k_in_both_paths(scale):
+    """``scale`` (for the first example's experiment) is the factor of the scores in the written-out
+    function, in PyTorch's kernel and in both paths of the module."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, dtype=DOUBLE) for _ in range(3))
+    expected = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1) @ v
+    assert_close(scaled_dot_product_attention(q, k, v, scale=scale)[0], expected)
+    assert_close(F.scaled_dot_product_attention(q, k, v, scale=scale), expected)
+    mha = random_module(d_k=4, heads=2, seed=3)
+    x = torch.randn(2, 5, 8, dtype=DOUBLE)
+    default = mha(x, x, x)
+    mha.scale = scale
+    fast, written_out = mha(x, x, x), mha(x, x, x, need_weights=True)
+    assert_close(fast, written_out)
+    assert not torch.allclose(fast, default)  # the factor took effect
+    mha.scale = 1 / math.sqrt(mha.d_k)
+    assert_close(mha(x, x, x), default)  # None means the paper's 1/sqrt(d_k)
+
+
 # ---------------------------------------------------------------------------------------------
 # A query with no key to attend to: zero weights, zero attention output, no NaN anywhere
 

@@ -188,10 +188,29 @@ def test_running_again_after_the_report_rewrites_it_without_training(tiny_report
     assert read_report(tiny_report)["manifest"]["commands"][-1].count("--time-limit") == 0
 
 
+@pytest.mark.slow
+def test_search_options_reach_the_report(tiny_report):
+    """--beam, --alpha and --extra-length travel as one SearchConfig into the report (the limit
+    itself is tested in test_decoding.py)."""
+    tmp = tiny_report.parent
+    options = tiny_options(tmp, "--beam", "1", "--alpha", "0", "--extra-length", "2")
+    options[options.index("--results") + 1] = str(tmp / "greedy")
+    done = script(*options)
+    assert done.returncode == 0, done.stderr
+    bleu = read_report(tmp / "greedy")["bleu"]
+    assert (bleu["beam_size"], bleu["alpha"], bleu["max_length"]) == (1, 0.0, "input + 2")
+    assert all(entry["sentences"] == 4 for entry in bleu["splits"].values())
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
         (["--results", "results/multi30k-de-en"], "reserved for complete runs"),
+        (
+            ["--results", "results/multi30k-de-en", "--profile", "laptop", "--beam", "2"],
+            "evaluated as §6.1 does",
+        ),
+        (["--beam", "0"], "beam_size must be at least 1"),
         (["--tgt", "de"], "both 'de'"),
         (["--data-dir", "/no/such/folder"], "is not a folder"),
         (["--max-steps", "0"], "at least 1"),

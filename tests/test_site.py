@@ -42,6 +42,11 @@ MATH_CHAPTER = (
     "$$\nw = \\mathrm{softmax}(q K^\\top / \\sqrt{d_k})\n$$ (eq-weights)\n\n"
     "See {eq}`eq-weights` and the [charts](charts.md).\n"
 )
+# A link inside an inline SVG, as the book's Figures 1 and 2 draw them: its href is no string.
+SVG_LINK_CELL = """from IPython.display import HTML
+
+HTML('<svg xmlns="http://www.w3.org/2000/svg" width="160" height="30">'
+     '<a href="charts.html#charts"><text x="4" y="20">to the charts</text></a></svg>')"""
 CHART_CELL = """import altair as alt
 
 cells = [{"x": x, "y": y, "w": (x * y) % 5} for x in range(4) for y in range(4)]
@@ -56,7 +61,7 @@ def small_site(tmp_path_factory, root) -> Path:
     book = tmp_path_factory.mktemp("site")
     shutil.copy(root / "_config.yml", book / "_config.yml")
     shutil.copytree(root / "_ext", book / "_ext", ignore=shutil.ignore_patterns("__pycache__"))
-    intro = write_chapter(book / "book/intro.md", "Intro", "print('the intro ran')")
+    intro = write_chapter(book / "book/intro.md", "Intro", "print('the intro ran')", SVG_LINK_CELL)
     intro.write_text(intro.read_text() + "\n" + MATH_CHAPTER, encoding="utf-8")
     write_chapter(book / "book/charts.md", "Charts", CHART_CELL, CHART_CELL)
     write_toc(book, "book/intro", "book/charts")
@@ -130,9 +135,8 @@ def test_the_check_fails_on_a_broken_page(small_site, tmp_path):
     (broken / "_static" / book_site.VEGA_SCRIPT).unlink()  # charts would need the CDN
     (broken / "_static/mathjax/tex-chtml.js").unlink()
     intro = broken / "book/intro.html"
-    intro.write_text(
-        intro.read_text().replace("</article>", '<a href="gone.html">gone</a></article>', 1)
-    )
+    page = intro.read_text().replace("</article>", '<a href="gone.html">gone</a></article>', 1)
+    intro.write_text(page.replace("charts.html#charts", "charts.html#no-such-box"))
     reports = {
         r.page: r for r in site_check.check_site(broken, None, search_term=None, log=lambda _: None)
     }
@@ -142,6 +146,7 @@ def test_the_check_fails_on_a_broken_page(small_site, tmp_path):
     intro_problems = " ".join(reports["book/intro.html"].problems)
     assert "math elements not rendered" in intro_problems
     assert "broken link to book/gone.html" in intro_problems
+    assert "broken link to book/charts.html#no-such-box" in intro_problems  # inside the SVG
 
 
 def test_no_page_is_a_failure_not_a_pass(tmp_path):

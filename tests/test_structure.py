@@ -24,7 +24,8 @@ LAYERS = [
     ["provenance"],  # atomic files, commit, machine: knows nothing of the model or the data
     ["attention", "checkpoints", "data", "distributed"],  # masks, files, processes
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
-    ["batching", "decoding", "inspection", "recurrent", "training"],  # on a model or a tokenizer
+    # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
+    ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],
     ["evaluation", "performance"],  # BLEU and averaging; FLOPs (of both kinds of model)
     ["recipe", "variations"],  # a training recipe; the variants of Table 3
     ["report", "sweep"],  # what a finished run or a sweep writes

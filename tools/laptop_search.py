@@ -28,6 +28,7 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -178,16 +179,13 @@ def calibrate(args: argparse.Namespace) -> None:
         if name in done or cost_twin(name) != name:
             continue
         out = args.work / "calibration" / name
-        if out.exists():
-            subprocess.run(["rm", "-rf", str(out)], check=True)
         seconds = timed_updates(name, out)
         append({"kind": "calibration", "name": name, "s_per_update": round(seconds, 4)})
 
 
 def timed_updates(name: str, out: Path, processes: int = PROCESSES) -> float:
     """Seconds per update of candidate ``name``, from updates 5 to 35 of a fresh run in ``out``."""
-    if out.exists():
-        subprocess.run(["rm", "-rf", str(out)], check=True)
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run: calibration never resumes
     launch(name, out, CALIBRATION_STEPS, calibrate=True, processes=processes)
     train = [r for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
     first, last = train[0], train[-1]  # steps 5 and 35
@@ -284,6 +282,8 @@ def validation_bleu(run: Path) -> dict:
 
 
 def rung(args: argparse.Namespace) -> None:
+    from transformer_lib.provenance import write_text_atomically
+
     speeds = seconds_per_update()
     done = {
         (r["name"], r["minutes"])
@@ -317,23 +317,19 @@ def rung(args: argparse.Namespace) -> None:
                 "command_s": round(trained_s, 1),
             }
         )
-        (RESULTS / "runs").mkdir(parents=True, exist_ok=True)
-        (RESULTS / "runs" / f"{name}.metrics.jsonl").write_text((out / "metrics.jsonl").read_text())
+        log = (out / "metrics.jsonl").read_text()
+        write_text_atomically(RESULTS / "runs" / f"{name}.metrics.jsonl", log)
     write_manifest(args)
 
 
 def write_manifest(args: argparse.Namespace) -> None:
-    import torch
-
-    from transformer_lib.provenance import cpu_name, git_commit, library_versions
+    from transformer_lib.provenance import cpu_name, environment, write_json
 
     manifest = {
-        **git_commit(),
+        **environment("cpu"),
         "cpu": cpu_name(),
         "processes": PROCESSES,
         "threads_per_process": 1,
-        "versions": library_versions(),
-        "torch_threads_here": torch.get_num_threads(),
         "candidates": {
             name: {"model": m, "training": t, "profile": p}
             for name, (m, t, p) in CANDIDATES.items()
@@ -341,7 +337,7 @@ def write_manifest(args: argparse.Namespace) -> None:
         "last_command": shlex.join(["python", "tools/laptop_search.py", *sys.argv[1:]]),
         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    (RESULTS / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    write_json(RESULTS / "manifest.json", manifest)
 
 
 def table(args: argparse.Namespace) -> None:

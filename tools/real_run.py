@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python tools/real_run.py",
         description="Train a Multi30k model, average its last checkpoints, evaluate it on every "
-        "test set (beam 4, alpha 0.6) and write the report of the chapter 'The real run'.",
+        "test set (by default as §6.1: beam 4, alpha 0.6) and write the report of the chapter 'The real run'.",
     )
     parser.add_argument("--profile", required=True, choices=["ci", *RECORDED], help="run size")
     parser.add_argument("--src", required=True, choices=["de", "en"], help="source language")
@@ -51,10 +51,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-limit", type=float, help="seconds of training in this command")
     parser.add_argument("--limit", type=int, help="evaluate only the first N test sentences")
     parser.add_argument("--average", type=int, default=5, help="checkpoints to average (5)")
+    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (4, §6.1)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (0.6, §6.1)")
+    parser.add_argument(
+        "--extra-length", type=int, default=50, help="output tokens beyond the input's (50, §6.1)"
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when present)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
+
+
+def search_settings(args: argparse.Namespace):
+    """The options' search settings as one value (their checks are SearchConfig's)."""
+    from transformer_lib.decoding import SearchConfig
+
+    try:
+        return SearchConfig(args.beam, args.alpha, args.extra_length, args.batch_size)
+    except ValueError as err:
+        raise UsageError(f"{err} (options --beam, --alpha, --extra-length, --batch-size)") from err
 
 
 def check(args: argparse.Namespace) -> None:
@@ -68,11 +83,18 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError(f"--time-limit must be a number of seconds, got {args.time_limit}")
     if args.data_dir is not None and not args.data_dir.is_dir():
         raise UsageError(f"--data-dir {args.data_dir} is not a folder")
+    from transformer_lib.decoding import SearchConfig
+
+    search = search_settings(args)
     shortened = args.max_steps is not None or args.limit is not None
-    if args.results.name.startswith(RESERVED) and (shortened or args.profile not in RECORDED):
+    not_the_papers = search != SearchConfig(batch_size=search.batch_size)  # §6.1's settings
+    if args.results.name.startswith(RESERVED) and (
+        shortened or args.profile not in RECORDED or not_the_papers
+    ):
         raise UsageError(
             f"{args.results} is reserved for complete runs of the profiles {', '.join(RECORDED)} "
-            "(no --max-steps, no --limit): write other runs elsewhere, e.g. under runs/"
+            "evaluated as §6.1 does (no --max-steps, no --limit, the default --beam, --alpha and "
+            "--extra-length): write other runs elsewhere, e.g. under runs/"
         )
     if args.results.resolve() == args.work.resolve():
         raise UsageError("--results and --work must be different folders")
@@ -134,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"training stopped at update {steps} of {target}: run the same command again")
             return 0
 
-        from transformer_lib.decoding import SearchConfig
         from transformer_lib.report import write_report
 
         entry["report"] = str(args.results)
@@ -155,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             args.results,
             data_dir=args.data_dir,
             average=args.average,
-            search=SearchConfig(batch_size=args.batch_size),
+            search=search_settings(args),
             limit=args.limit,
             device=args.device,
             manifest=manifest,

@@ -159,7 +159,9 @@ _STATE_JS = """() => {
     charts: charts.length,
     chartsRendered: charts.filter((el) => el.querySelector('canvas.marks, svg.marks')).length,
     chartErrors: charts.filter((el) => el.querySelector('.error')).map((el) => el.textContent.slice(0, 200)),
-    links: [...document.querySelectorAll('a[href]')].map((a) => a.href),
+    // An SVG link's href is an SVGAnimatedString, not a URL: resolve its attribute instead.
+    links: [...document.querySelectorAll('a[href]')].map((a) => typeof a.href === 'string'
+      ? a.href : new URL(a.getAttribute('href'), document.baseURI).href),
   };
 }""".replace("CHARTS", repr(CHART_SELECTOR))
 

@@ -47,7 +47,8 @@ class Batch:
 
 
 def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
-    """One :class:`Batch` from encoded pairs (ids without special tokens), padded with ``PAD_ID``."""
+    """One :class:`Batch` (§5.1) from encoded pairs (ids without special tokens), padded with
+    ``PAD_ID``."""
     if not pairs:
         raise DataError("cannot make a batch of no sentence pairs")
     n_src = np.array([len(s) for s, _ in pairs]) + 1  # + </s>
@@ -70,7 +71,7 @@ def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
     return Batch(src_t, tgt_in_t, tgt_out_t, padding_mask(src_t, PAD_ID), tgt_mask)
 
 
-# %% book/data.md:602 (cell 32)
+# %% book/data.md:603 (cell 32)
 def plan_batches(
     lengths: Sequence[tuple[int, int]],
     max_tokens: int,
@@ -150,7 +151,7 @@ def make_batches(
     return [collate([pairs[i] for i in batch]) for batch in plan[rank::world_size]]
 
 
-# %% book/data.md:692 (cell 34)
+# %% book/data.md:693 (cell 34)
 def encode_pairs(
     tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], max_len: int | None = None
 ) -> list[tuple[list[int], list[int]]]:
@@ -168,8 +169,8 @@ def encode_pairs(
 
 @dataclass(frozen=True, eq=False)
 class BatchesByLength:
-    """The training loop's ``batches(epoch)``: :func:`make_batches` with everything but the epoch
-    fixed. ``max_tokens`` is per process and per batch (the paper's 25,000 is per update)."""
+    """The training loop's ``batches(epoch)`` (§5.1, batches by approximate length):
+    :func:`make_batches` with everything but the epoch fixed. ``max_tokens`` is per process and per batch (the paper's 25,000 is per update)."""
 
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]]  # encoded pairs, see encode_pairs
     max_tokens: int  # budget for each of the padded source and target tensors

@@ -205,7 +205,8 @@ def load_multi30k(
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> list[tuple[str, str]]:
-    """Multi30k task 1 sentence pairs ``(source, target)`` of one split, e.g. ``"train"``."""
+    """Multi30k task 1 sentence pairs ``(source, target)`` of one split, e.g. ``"train"``: the
+    book's stand-in for §5.1's WMT 2014 data."""
     _check_split(split, src, tgt)
     return load_parallel(
         multi30k_file(split, src, data_dir, cache_dir),

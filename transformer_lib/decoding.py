@@ -55,7 +55,8 @@ def greedy_search(
 # %% book/decoding.md:120 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
-    """A finished output: its tokens (no ``<s>``/``</s>``), log-probability and penalised score."""
+    """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
+    and length-penalised score."""
 
     tokens: list[int]
     log_prob: float
@@ -132,7 +133,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:209 (cell 6)
+# %% book/decoding.md:210 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -159,7 +160,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:246 (cell 8)
+# %% book/decoding.md:247 (cell 8)
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
     every layer's keys and values (self-attention: all positions so far; encoder-decoder
@@ -189,7 +190,7 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
             cache[key] = value[rows]
 
 
-# %% book/decoding.md:284 (cell 10)
+# %% book/decoding.md:285 (cell 10)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's."""
@@ -213,7 +214,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/decoding.md:329 (cell 12)
+# %% book/decoding.md:330 (cell 12)
 import warnings
 from collections.abc import Callable, Sequence
 

@@ -36,7 +36,8 @@ def all_gather(value) -> list:
 
 
 def wrap(model: nn.Module, device: torch.device) -> nn.Module:
-    """``model`` in DistributedDataParallel when there are several processes, else as it is."""
+    """``model`` in DistributedDataParallel when there are several processes (§5.2 trains on 8
+    GPUs), else as it is."""
     if rank_and_world()[1] == 1:
         return model
     ids = [device.index] if device.type == "cuda" else None

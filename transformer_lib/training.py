@@ -29,7 +29,7 @@ from transformer_lib.checkpoints import (
     set_rng_state,
     write_checkpoint,
 )
-from transformer_lib.provenance import jsonable
+from transformer_lib.provenance import jsonable, write_text_atomically
 
 
 # %% book/training.md:87 (cell 5)
@@ -79,7 +79,8 @@ def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: 
 def label_smoothed_loss(
     logits: Tensor, target: Tensor, pad_id: int, smoothing: float = 0.1
 ) -> tuple[Tensor, Tensor]:
-    """Summed cross-entropy against the smoothed targets, and the number of non-pad targets.
+    """Summed cross-entropy against the smoothed targets (§5.4), and the number of non-pad
+    targets.
 
     The sum (not the mean) lets the loop normalise by the tokens of a whole update, however it
     is split into micro-batches or processes. Computed in float32 even under bf16 autocast.
@@ -95,7 +96,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:299 (cell 17)
+# %% book/training.md:300 (cell 17)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business."""
@@ -121,7 +122,7 @@ class TrainingConfig:
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:340 (cell 19)
+# %% book/training.md:341 (cell 19)
 def update_step(
     network: nn.Module,
     group: Sequence,
@@ -159,10 +160,11 @@ def update_step(
     return total, local
 
 
-# %% book/training.md:427 (cell 23)
+# %% book/training.md:428 (cell 23)
 @torch.no_grad()
 def evaluate_loss(model: nn.Module, batches: Iterable, pad_id: int, device=None) -> dict:
-    """Mean negative log-likelihood per target token, without smoothing, and its perplexity."""
+    """Mean negative log-likelihood per target token, without smoothing, and its perplexity (the
+    measure of Table 3, §6.2, here per BPE token)."""
     was_training = model.training
     model.eval()
     total, tokens = 0.0, 0
@@ -181,7 +183,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.is_file():
         return
     kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
+    write_text_atomically(path, "".join(line + "\n" for line in kept))  # never half a log
 
 
 def train(
@@ -269,7 +271,7 @@ def train(
         torch.manual_seed(config.seed + rank)
         if rank == 0:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
+            write_text_atomically(run_dir / "config.json", json.dumps(settings, indent=2) + "\n")
 
     network = distributed.wrap(model, device)
     autocast = torch.autocast(

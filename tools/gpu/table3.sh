@@ -25,7 +25,7 @@
 #      TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
 #        TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/table3.sh sweep
 #   3. pytest -n 0 tests/test_chapters.py -k variations, which renders the chapter from the
-#      results; then write the row-by-row verdicts into the chapter's prose.
+#      results: its table, charts and row-by-row verdicts are computed from the committed lines.
 #
 # A variant cut off by the time limit resumes from its last checkpoint (every quarter of its
 # updates) while runs/ is kept between the commands, and restarts otherwise.
