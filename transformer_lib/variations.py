@@ -173,7 +173,13 @@ def sweep_variants(
     short = f"trained on pairs of at most {profile.short_len} tokens"
     for kind, name in (("sinusoidal", "sin"), ("learned", "learned"), ("none", "none")):
         changes = dict(positional=kind, max_len=table if kind == "learned" else base.max_len)
-        add(f"E-short-{name}", "E-short", f"{kind}, {short}", train_max_len=profile.short_len, **changes)
+        add(
+            f"E-short-{name}",
+            "E-short",
+            f"{kind}, {short}",
+            train_max_len=profile.short_len,
+            **changes,
+        )
     add("FFN-none", "FFN", "no feed-forward network", feed_forward=False)
     add(f"FFN-dff{base.d_model}", "FFN", f"d_ff=d_model={base.d_model}", d_ff=base.d_model)
     lstm = matching_recurrent(base, profile.recurrent_layers)
@@ -186,7 +192,7 @@ def sweep_variants(
     return variants
 
 
-# %% book/variations.md:534 (cell 20)
+# %% book/variations.md:540 (cell 20)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
