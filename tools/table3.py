@@ -74,13 +74,13 @@ def list_variants(profile, max_steps: int | None) -> None:
     from transformer_lib.variations import build_model, sweep_variants
 
     variants = sweep_variants(profile, profile.vocab_size, max_steps)
-    print(f"{'variant':12s} {'row':5s} {'params':>8s} {'PFLOP':>7s}  label")
+    print(f"{'variant':16s} {'row':8s} {'params':>8s} {'TFLOP':>8s}  label")
     for v in variants:
         with torch.device("meta"):
             params = sum(p.numel() for p in build_model(v.model).parameters())
         pairs = v.training.max_steps * v.training.max_tokens // 32  # each costs the same
         flops = pairs * training_flops(v.model, [32], [32])
-        print(f"{v.name:12s} {v.row:5s} {params / 1e6:7.1f}M {flops / 1e15:7.1f}  {v.label}")
+        print(f"{v.name:16s} {v.row:8s} {params / 1e6:7.2f}M {flops / 1e12:8.1f}  {v.label}")
 
 
 def calibrate(args, profile, work: Path) -> int:
@@ -144,7 +144,7 @@ def calibrate(args, profile, work: Path) -> int:
         seconds = per_flop[kind] * flops
         total_train += seconds
         total_eval += eval_s[kind]
-        print(f"  {v.name:12s} {seconds + eval_s[kind]:7.0f} s")
+        print(f"  {v.name:16s} {seconds + eval_s[kind]:7.0f} s")
     total = total_train + total_eval
     print(f"projected sweep at {steps} steps: {total / 60:.1f} min (plus start-up per command)")
     budget = profile.minutes * 60

@@ -192,7 +192,7 @@ def sweep_variants(
     return variants
 
 
-# %% book/variations.md:540 (cell 20)
+# %% book/variations.md:546 (cell 20)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
@@ -206,11 +206,11 @@ SWEEP_PROFILES = {
         valid_sentences=100,
         translate_batch=100,
         device="cpu",
-        minutes=3.0,
+        minutes=10.0,
     ),
-    # Two CPU cores for about 150 minutes, some 5 per variant (see "Sizing the CPU sweep"): the
+    # Two CPU cores for about 150 minutes, some 5 per variant (see "Sizing the sweeps"): the
     # translation recipe's `ci` model (a quarter of the paper's width, two layers), trained
-    # twice as long: 900 updates of up to 3,000 tokens a side (about four epochs).
+    # for 900 updates of up to 3,000 tokens a side, a little over twice the recipe's 400.
     "cpu": SweepProfile(
         model=TransformerConfig(2000, 2000, d_model=128, d_ff=512, n_heads=4, n_layers=2),
         training=TrainingConfig(
@@ -226,7 +226,7 @@ SWEEP_PROFILES = {
         device="cpu",
         minutes=150.0,
     ),
-    # One H100 for about 25 minutes (see "Sizing the GPU sweep"): the paper's widths, half its
+    # One H100 for about 25 minutes (see "Sizing the sweeps"): the paper's widths, half its
     # depth, 2,000 updates of up to 8,192 tokens a side (about 35 epochs of Multi30k).
     "full": SweepProfile(
         model=TransformerConfig(8000, 8000, d_model=512, d_ff=2048, n_heads=8, n_layers=3),
