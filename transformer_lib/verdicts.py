@@ -39,6 +39,8 @@ def base_noise(records: Sequence[dict], score: Callable[[dict], float] | None = 
 
 @dataclass(frozen=True)
 class Verdict:
+    """What one variant's difference from the base says, as a kind and in words."""
+
     kind: str  # "holds", "differs", "noise", "beyond" (no paper row to compare), "unknown"
     text: str
 
