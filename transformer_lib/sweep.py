@@ -154,9 +154,10 @@ def run_variant(
     run_dir: Path,
     device: torch.device,
     progress: bool = False,
-) -> tuple[dict, list[str]]:
+) -> dict:
     """Train ``variant`` on ``pairs`` (those within its ``train_max_len``), score it on
-    ``valid_pairs``; return its line of the results and its translations of them."""
+    ``valid_pairs`` and return its line of the results, with its translations of them under
+    "hypotheses" (which :func:`run_sweep` writes to a file of their own)."""
     valid_encoded = encode_pairs(tokenizer, valid_pairs)
     valid_batches = make_batches(valid_encoded, variant.training.max_tokens)
     pairs = pairs_within(pairs, variant.train_max_len)
@@ -205,11 +206,12 @@ def run_variant(
             {"source": s, "reference": r, "hypothesis": h}
             for (s, r), h in list(zip(valid_pairs, hypotheses, strict=True))[:3]
         ],
+        "hypotheses": hypotheses,
     }
-    return record, hypotheses
+    return record
 
 
-# %% book/variations.md:910 (cell 30)
+# %% book/variations.md:912 (cell 30)
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -321,7 +323,7 @@ def run_sweep(
             break
         logger.info("%s: %s, training %d steps", variant.name, variant.label, steps)
         try:
-            record, hypotheses = run_variant(
+            record = run_variant(
                 variant,
                 profile,
                 tokenizer,
@@ -345,6 +347,7 @@ def run_sweep(
             "finished_utc": _now(),
         }
         # The translations first: a line in the results always has its hypotheses beside it.
+        hypotheses = record.pop("hypotheses")
         hypotheses_file = out / HYPOTHESES_FOLDER / f"{variant.name}.txt"
         hypotheses_file.parent.mkdir(exist_ok=True)
         write_text_atomically(hypotheses_file, "".join(h + "\n" for h in hypotheses))
