@@ -27,8 +27,8 @@ LAYERS = [
     # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
     ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],
     ["evaluation", "performance"],  # BLEU and averaging; FLOPs (of both kinds of model)
-    ["recipe", "variations"],  # a training recipe; the variants of Table 3
-    ["report", "sweep"],  # what a finished run or a sweep writes
+    ["lengths", "recipe", "variations"],  # sentence lengths; a training recipe; Table 3's variants
+    ["report", "sweep", "verdicts"],  # what a finished run or a sweep writes, and how it reads
     ["cli"],  # the command line only wires the others
     ["__main__"],  # ``python -m transformer_lib``
 ]

@@ -1,7 +1,9 @@
 """The Table 3 sweep (paper §6.2) and the model options it needs, against independent references:
 attention with narrow keys written out head by head, the no-FFN model rebuilt from PyTorch's own
 attention and LayerNorm, parameter counts in closed form, the LSTM baseline's step-by-step
-decoding against its full forward pass, and the sweep run end to end on the CPU.
+decoding against its full forward pass, a model without positions against one whose sinusoids
+are zeroed, short training pairs against the data chapter's filter, BLEU by length against
+sacreBLEU on each group, the verdicts on made-up numbers, and the sweep run end to end on the CPU.
 """
 
 import dataclasses
@@ -12,9 +14,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 import torch.nn.functional as F
 from helpers import assert_close, require_multi30k
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention, padding_mask, subsequent_mask
@@ -27,17 +32,19 @@ from transformer_lib.decoding import (
     beam_search,
     translate,
 )
-from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.lengths import bucket_scores, length_buckets, pairs_within, trained_lengths
+from transformer_lib.model import PositionalEncoding, Transformer, TransformerConfig
 from transformer_lib.performance import training_flops
 from transformer_lib.recurrent import RecurrentConfig, RecurrentDecoder, RecurrentTranslator
 from transformer_lib.sweep import (
+    BUCKETS_FILE,
+    HYPOTHESES_FOLDER,
     MANIFEST_FILE,
     RESULTS_FILE,
     _train_variant,
     read_results,
     run_sweep,
     sweep_tokenizer,
-    trained_lengths,
 )
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
 from transformer_lib.variations import (
@@ -49,6 +56,7 @@ from transformer_lib.variations import (
     select_variants,
     sweep_variants,
 )
+from transformer_lib.verdicts import PAPER_TIE, Noise, base_noise, verdict
 
 DOUBLE = torch.float64
 
@@ -371,20 +379,153 @@ def test_impossible_lstm_configurations_are_refused(changes, field):
 
 
 # ---------------------------------------------------------------------------------------------
+# Row E and the fourth question: no positions, learned rows never reached, short training pairs
+
+
+def test_no_positions_equals_sinusoids_set_to_zero():
+    """positional="none" is the sinusoidal model with its table zeroed, weight for weight."""
+    sizes = dict(src_vocab_size=23, tgt_vocab_size=23, d_model=12, d_ff=20, n_heads=3)
+    none = randomise(Transformer(TransformerConfig(**sizes, n_layers=2, positional="none")), 0)
+    sines = Transformer(TransformerConfig(**sizes, n_layers=2))
+    sines.load_state_dict(none.state_dict())  # the table is a buffer, not saved: same keys
+    for stack in (sines.encoder, sines.decoder):
+        stack.positions.table.zero_()
+    none, sines = none.double().eval(), sines.double().eval()
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
+    tgt = torch.tensor([[1, 11, 12], [1, 14, 0]])
+    assert_close(none(src, tgt), sines(src, tgt))
+    assert count(none) == count(sines)
+    x = torch.randn(2, 4, 12)
+    assert torch.equal(PositionalEncoding(12, 8, 0.0, "none")(x, offset=3), x)
+
+
+def test_learned_rows_beyond_the_training_lengths_stay_as_initialised():
+    """Adam leaves a row whose gradient is always zero where it started: the E-short question."""
+    config = TransformerConfig(23, 23, d_model=12, d_ff=20, n_heads=3, n_layers=1)
+    config = dataclasses.replace(config, positional="learned", max_len=16)
+    torch.manual_seed(0)
+    model = Transformer(config)
+    before = [
+        stack.positions.learned.weight.detach().clone() for stack in (model.encoder, model.decoder)
+    ]
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        src = torch.randint(3, 23, (4, 5), generator=g)  # positions 0-4 only
+        tgt = torch.randint(3, 23, (4, 6), generator=g)  # positions 0-5 only
+        model(src, tgt).logsumexp(-1).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    for stack, start, reached in zip((model.encoder, model.decoder), before, (5, 6), strict=True):
+        after = stack.positions.learned.weight.detach()
+        assert not torch.equal(after[:reached], start[:reached])  # trained
+        assert torch.equal(after[reached:], start[reached:])  # never reached: untouched
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), max_size=30),
+    limit=st.integers(0, 10),
+)
+def test_pairs_within_keeps_exactly_the_pairs_whose_sides_fit(lengths, limit):
+    pairs = [(list(range(s)), list(range(t))) for s, t in lengths]
+    kept = pairs_within(pairs, limit)
+    assert kept == [p for p in pairs if max(len(p[0]), len(p[1])) <= limit]
+    buckets = length_buckets(pairs, limit)
+    assert sorted(buckets["short"] + buckets["long"]) == list(range(len(pairs)))
+    assert [pairs[i] for i in buckets["short"]] == kept
+    assert pairs_within(pairs, None) == pairs
+
+
+def test_pairs_within_is_the_data_chapters_filter():
+    sentences = [("Ein Hund.", "A dog."), ("Zwei Hunde rennen über eine Wiese.", "Two dogs run.")]
+    tokenizer = BPETokenizer.train([s for pair in sentences for s in pair] * 5, vocab_size=300)
+    for limit in range(0, 12):
+        assert pairs_within(encode_pairs(tokenizer, sentences), limit) == encode_pairs(
+            tokenizer, sentences, limit
+        )
+
+
+def test_bleu_by_length_is_sacrebleu_on_each_group():
+    references = ["a dog runs on the grass", "two men play", "a woman sings a song loudly", "cats"]
+    hypotheses = ["a dog runs on grass", "two men are playing", "a woman sings a song", "a cat"]
+    buckets = {"short": [1, 3], "long": [0, 2], "empty": []}
+    scores = bucket_scores(hypotheses, references, buckets)
+    assert set(scores) == {"short", "long"}  # BLEU of no sentences is left out
+    for name in ("short", "long"):
+        chosen = buckets[name]
+        expected = sacrebleu.corpus_bleu(
+            [hypotheses[i] for i in chosen], [[references[i] for i in chosen]]
+        )
+        assert scores[name]["bleu"] == expected.score and scores[name]["sentences"] == 2
+        assert scores[name]["bleu_signature"].startswith("nrefs:1")
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts: made-up numbers whose verdict is known
+
+
+def test_the_noise_is_the_seeds_mean_and_sample_standard_deviation():
+    records = [{"row": "base", "bleu": 20.0}, {"row": "noise", "bleu": 21.0}]
+    records += [{"row": "noise", "bleu": 22.0}, {"row": "A", "bleu": 5.0}]
+    noise = base_noise(records)
+    assert (noise.mean, noise.sd, noise.runs, noise.band) == (21.0, 1.0, 3, 2.0)
+    assert base_noise(records, lambda r: r["bleu"] / 2).mean == 10.5
+    assert math.isnan(base_noise(records[:1]).sd) and base_noise([]).runs == 0
+
+
+@pytest.mark.parametrize(
+    "delta, band, paper, kind, words",
+    [
+        (
+            -1.6,
+            0.8,
+            -0.9,
+            "holds",
+            "worse beyond the noise (±0.8), as in the paper (the paper: -0.9)",
+        ),
+        (+1.6, 0.8, +0.1, "differs", "where the paper saw no difference"),
+        (+1.6, 0.8, +0.2, "holds", "better beyond the noise (±0.8), as in the paper"),
+        (+1.2, 0.8, -0.9, "differs", "better beyond the noise (±0.8), the opposite of the paper"),
+        (-0.5, 0.8, -0.9, "noise", "inside the noise (±0.8): the paper's difference does not show"),
+        (+0.8, 0.8, -0.9, "noise", "+0.8 BLEU, inside the noise"),  # the band's edge is inside
+        (+0.3, 0.8, 0.0, "holds", "no difference, as in the paper"),
+        (-2.0, 0.8, None, "beyond", "-2.0 BLEU, worse beyond the noise (±0.8)"),
+        (-0.1, 0.8, None, "noise", "-0.1 BLEU, inside the noise (±0.8)"),
+        (-3.0, math.nan, -0.9, "unknown", "the noise is unknown"),
+    ],
+)
+def test_verdicts_on_made_up_numbers(delta, band, paper, kind, words):
+    said = verdict(delta, band, paper)
+    assert said.kind == kind and words in said.text
+    if paper is None:
+        assert "paper" not in said.text
+
+
+def test_the_paper_tie_is_its_last_digit():
+    assert verdict(2.0, 1.0, 0.2).kind == "holds"  # the paper's +0.2 is a difference
+    assert verdict(2.0, 1.0, 0.1).kind == "differs" and 0.1 < PAPER_TIE < 0.2  # +0.1 is none
+    assert Noise(1.0, 0.25, 3).band == 0.5
+
+
+# ---------------------------------------------------------------------------------------------
 # The table of variants
 
 
 FULL = SWEEP_PROFILES["full"]
 
 
-def test_the_full_sweep_has_every_row_of_table_3_and_the_three_questions():
+SHORT = ["E-short-sin", "E-short-learned", "E-short-none", "FFN-none"]
+
+
+def test_the_full_sweep_has_every_row_of_table_3_and_the_four_questions():
     variants = sweep_variants(FULL, 8000)
     names = [v.name for v in variants]
     assert len(names) == len(set(names))
     expected = ["base", "base-seed1", "base-seed2", "A-h1", "A-h4", "A-h16", "A-h32"]
     expected += ["B-dk16", "B-dk32", "C-N2", "C-N4", "C-N8", "C-d256", "C-d1024"]
     expected += ["C-ff1024", "C-ff4096", "D-drop0.0", "D-drop0.2", "D-ls0.0", "D-ls0.2"]
-    expected += ["E-learned", "FFN-none", "FFN-dff512", "RNN-lstm"]
+    expected += ["E-learned", "E-none", *SHORT, "FFN-dff512", "RNN-lstm"]
     assert names == expected
     steps = {v.training.max_steps for v in variants}
     assert steps == {FULL.training.max_steps}  # the same steps for every variant
@@ -395,13 +536,41 @@ def test_the_full_sweep_has_every_row_of_table_3_and_the_three_questions():
     assert isinstance(by_name["RNN-lstm"].model, RecurrentConfig)
 
 
-def test_row_a_keeps_the_computation_constant():
+CPU = SWEEP_PROFILES["cpu"]
+
+
+def test_the_cpu_sweep_has_every_row_and_the_base_three_times():
+    variants = sweep_variants(CPU, CPU.vocab_size)
+    names = [v.name for v in variants]
+    expected = ["base", "base-seed1", "base-seed2", "A-h1", "A-h2", "A-h8", "A-h16"]
+    expected += ["B-dk8", "B-dk16", "C-N1", "C-N4", "C-d64", "C-d256", "C-ff256", "C-ff1024"]
+    expected += ["D-drop0.0", "D-drop0.2", "D-ls0.0", "D-ls0.2", "E-learned", "E-none"]
+    expected += [*SHORT, "FFN-dff128", "RNN-lstm"]
+    assert names == expected and len({v.training.max_steps for v in variants}) == 1
+    assert {v.training.seed for v in variants if v.row in ("base", "noise")} == {0, 1, 2}
+    assert min(v.model.d_k for v in variants if v.row in ("A", "B")) >= 8  # no head too narrow
+    assert CPU.device == "cpu"
+
+
+@pytest.mark.parametrize("profile", ["full", "cpu"])
+def test_the_short_rows_train_on_short_pairs_and_the_learned_table_covers_decoding(profile):
+    profile = SWEEP_PROFILES[profile]
+    short = [v for v in sweep_variants(profile, profile.vocab_size) if v.row == "E-short"]
+    assert [v.model.positional for v in short] == ["sinusoidal", "learned", "none"]
+    assert {v.train_max_len for v in short} == {profile.short_len}
+    longest_output = profile.max_len + SearchConfig().extra_length  # beam search's limit
+    assert short[1].model.max_len >= longest_output  # learned rows for every position decoded
+
+
+@pytest.mark.parametrize("profile, heads", [("full", 5), ("cpu", 5)])
+def test_row_a_keeps_the_computation_constant(profile, heads):
     """§3.2.2: with d_k = d_model / h, every head count costs the same and has the same size."""
-    variants = [v for v in sweep_variants(FULL, 8000) if v.row in ("A", "base")]
+    profile = SWEEP_PROFILES[profile]
+    variants = [v for v in sweep_variants(profile, 8000) if v.row in ("A", "base")]
     flops = {training_flops(v.model, [20] * 50, [20] * 50) for v in variants}
     with torch.device("meta"):
         sizes = {count(Transformer(v.model)) for v in variants}
-    assert len(variants) == 5 and len(flops) == 1 and len(sizes) == 1
+    assert len(variants) == heads and len(flops) == 1 and len(sizes) == 1
 
 
 @pytest.mark.parametrize("name", ["base", "B-dk16", "FFN-none", "RNN-lstm"])
@@ -482,8 +651,48 @@ def test_the_sweep_writes_one_well_formed_line_per_variant(swept):
         tokens = record["tokens_per_s"] * record["train_wall_s"]
         assert record["train_tgt_tokens"] == pytest.approx(tokens, rel=1e-9)
         assert len(record["samples"]) == 3
+        assert record["config"]["train_max_len"] is None
+        # Validated every update of three (validate_every = 3 // 2), against growing seconds.
+        curve = record["valid_curve"]
+        assert [point["step"] for point in curve] == [1, 2, 3]
+        assert curve[-1]["ppl"] == record["valid_ppl"]
+        assert all(a["wall_s"] <= b["wall_s"] for a, b in zip(curve, curve[1:], strict=False))
     assert records[0]["config"]["kind"] == "transformer" and records[1]["config"]["kind"] == "lstm"
     assert text.count("\n") == 2
+
+
+def test_the_hypotheses_beside_the_lines_give_their_bleu(swept):
+    """What the results test does for results/: rescore every line from its hypotheses file."""
+    out = swept[0]
+    references = [t for _, t in load_multi30k("val", "en", "de", DATA)[:12]]
+    buckets = json.loads((out / BUCKETS_FILE).read_text())
+    assert buckets["short_len"] == TOY.short_len
+    assert sorted(buckets["short"] + buckets["long"]) == list(range(12))
+    for record in read_results(out):
+        text = (out / HYPOTHESES_FOLDER / f"{record['name']}.txt").read_text()
+        hypotheses = text.split("\n")[:-1]  # one a line, each ended by a newline
+        assert len(hypotheses) == 12
+        assert sacrebleu.corpus_bleu(hypotheses, [references]).score == record["bleu"]
+        for name, score in record["bleu_by_length"].items():
+            chosen = buckets[name]
+            again = sacrebleu.corpus_bleu(
+                [hypotheses[i] for i in chosen], [[references[i] for i in chosen]]
+            )
+            assert again.score == score["bleu"] and score["sentences"] == len(chosen)
+
+
+def test_a_short_row_trains_on_short_pairs_only(swept, tmp_path):
+    work = swept[1]
+    out = tmp_path / "out"
+    record = run_sweep(TOY, out, work, only=["E-short-none"], max_steps=2, data_dir=DATA)[0]
+    tokenizer, _ = sweep_tokenizer(TOY, work, "en", "de")
+    pairs = encode_pairs(tokenizer, load_multi30k("train", "en", "de", DATA), TOY.max_len)
+    short = pairs_within(pairs, TOY.short_len)
+    assert record["train_pairs"] == len(short) < len(pairs)
+    assert record["config"]["train_max_len"] == TOY.short_len
+    assert record["config"]["model"]["positional"] == "none"
+    src, tgt = trained_lengths(short, TOY.training.max_tokens, 0, 2)
+    assert record["train_tgt_tokens"] == sum(tgt) and max(src + tgt) <= TOY.short_len + 1
 
 
 def test_the_manifest_says_how_the_lines_were_made(swept):

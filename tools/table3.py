@@ -9,6 +9,7 @@ checkpoint in the work folder). See ``book/variations.md`` and ``tools/gpu/table
 Usage::
 
     python tools/table3.py --profile full                      # the GPU sweep, into results/table3
+    python tools/table3.py --profile cpu                       # 2 CPU cores, into results/table3-cpu
     python tools/table3.py --profile ci --only base RNN-lstm   # a toy sweep on the CPU
     python tools/table3.py --profile full --list               # the variants, sizes and costs
     python tools/table3.py --profile full --prepare            # only train the sweep's tokenizer
@@ -27,15 +28,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this tree's library, wherever the command is started from
-DEFAULT_OUT = {"full": ROOT / "results" / "table3", "ci": ROOT / "runs" / "table3-ci" / "results"}
+DEFAULT_OUT = {
+    "full": ROOT / "results" / "table3",
+    "cpu": ROOT / "results" / "table3-cpu",
+    "ci": ROOT / "runs" / "table3-ci" / "results",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python tools/table3.py", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--profile", choices=["ci", "full"], default="full", help="sweep size")
-    parser.add_argument("--out", type=Path, help="results folder (full: results/table3)")
+    parser.add_argument(
+        "--profile", choices=list(DEFAULT_OUT), default="full", help="sweep size (default: full)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="results folder (full: results/table3, cpu: results/table3-cpu)"
+    )
     parser.add_argument(
         "--work", type=Path, help="tokenizer and checkpoints (runs/table3-<profile>)"
     )
@@ -44,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--src", choices=["de", "en"], default="en", help="source language")
     parser.add_argument("--tgt", choices=["de", "en"], default="de", help="target language")
     parser.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
-    parser.add_argument("--device", help="cuda or cpu (default: cuda when there is one)")
+    parser.add_argument("--device", help="cuda or cpu (default: the profile's, else cuda if any)")
     parser.add_argument("--budget-s", type=float, help="start no variant that would end later")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     actions = parser.add_mutually_exclusive_group()
@@ -65,13 +74,13 @@ def list_variants(profile, max_steps: int | None) -> None:
     from transformer_lib.variations import build_model, sweep_variants
 
     variants = sweep_variants(profile, profile.vocab_size, max_steps)
-    print(f"{'variant':12s} {'row':5s} {'params':>8s} {'PFLOP':>7s}  label")
+    print(f"{'variant':16s} {'row':8s} {'params':>8s} {'TFLOP':>8s}  label")
     for v in variants:
         with torch.device("meta"):
             params = sum(p.numel() for p in build_model(v.model).parameters())
         pairs = v.training.max_steps * v.training.max_tokens // 32  # each costs the same
         flops = pairs * training_flops(v.model, [32], [32])
-        print(f"{v.name:12s} {v.row:5s} {params / 1e6:7.1f}M {flops / 1e15:7.1f}  {v.label}")
+        print(f"{v.name:16s} {v.row:8s} {params / 1e6:7.2f}M {flops / 1e12:8.1f}  {v.label}")
 
 
 def calibrate(args, profile, work: Path) -> int:
@@ -82,9 +91,10 @@ def calibrate(args, profile, work: Path) -> int:
 
     from transformer_lib.batching import encode_pairs
     from transformer_lib.data import load_multi30k
+    from transformer_lib.lengths import pairs_within, trained_lengths
     from transformer_lib.performance import peak_for, training_flops
     from transformer_lib.recurrent import RecurrentConfig
-    from transformer_lib.sweep import run_sweep, sweep_tokenizer, trained_lengths
+    from transformer_lib.sweep import run_sweep, sweep_tokenizer
     from transformer_lib.variations import sweep_variants
 
     scratch = work / "calibration"
@@ -121,23 +131,25 @@ def calibrate(args, profile, work: Path) -> int:
         )
     train_pairs = load_multi30k("train", args.src, args.tgt, args.data_dir)
     pairs = encode_pairs(tokenizer, train_pairs, profile.max_len)
-    planned = {}  # (max_tokens, seed, steps) -> the lengths of the sentences trained on
+    planned = {}  # (max_tokens, seed, steps, length limit) -> the lengths trained on
     steps = variants[0].training.max_steps
     total_train = total_eval = 0.0
     for v in variants:
         kind = "lstm" if isinstance(v.model, RecurrentConfig) else "transformer"
         batches = (v.training.max_tokens, v.training.seed, v.training.max_steps)
-        if batches not in planned:
-            planned[batches] = trained_lengths(pairs, *batches)
-        flops = training_flops(v.model, *planned[batches])
+        key = (*batches, v.train_max_len)
+        if key not in planned:
+            planned[key] = trained_lengths(pairs_within(pairs, v.train_max_len), *batches)
+        flops = training_flops(v.model, *planned[key])
         seconds = per_flop[kind] * flops
         total_train += seconds
         total_eval += eval_s[kind]
-        print(f"  {v.name:12s} {seconds + eval_s[kind]:7.0f} s")
+        print(f"  {v.name:16s} {seconds + eval_s[kind]:7.0f} s")
     total = total_train + total_eval
     print(f"projected sweep at {steps} steps: {total / 60:.1f} min (plus start-up per command)")
-    fitting = int(np.floor(steps * (25 * 60 - total_eval) / max(total_train, 1e-9) / 50) * 50)
-    print(f"steps that fit 25 minutes with the same evaluation: about {fitting}")
+    budget = profile.minutes * 60
+    fitting = int(np.floor(steps * (budget - total_eval) / max(total_train, 1e-9) / 50) * 50)
+    print(f"steps that fit {profile.minutes:g} minutes with the same evaluation: about {fitting}")
     return 0
 
 

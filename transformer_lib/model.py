@@ -58,7 +58,7 @@ class TransformerConfig:
     n_layers: int = 6  # N, the layers of each stack
     dropout: float = 0.1  # P_drop (§5.4)
     pad_id: int = 0  # the padding token of both vocabularies
-    positional: str = "sinusoidal"  # or "learned" (Table 3, row E)
+    positional: str = "sinusoidal"  # or "learned" (Table 3, row E), or "none" (no positions)
     norm_first: bool = False  # pre-LN layers instead of the paper's post-LN
     tie_embeddings: bool = True  # one matrix for embeddings and pre-softmax projection (§3.4)
     max_len: int = 1024  # the longest sequence the positional encoding covers
@@ -126,7 +126,7 @@ class Embeddings(nn.Module):
         return self.lookup(tokens) * self.scale
 
 
-# %% book/model.md:448 (cell 18)
+# %% book/model.md:451 (cell 18)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
 
@@ -140,9 +140,10 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-# %% book/model.md:472 (cell 20)
+# %% book/model.md:476 (cell 20)
 class PositionalEncoding(nn.Module):
-    """Adds position information to embeddings, then dropout (§3.5, §5.4).
+    """Adds position information to embeddings, then dropout (§3.5, §5.4): fixed sinusoids,
+    a learned table (Table 3, row E), or with ``kind="none"`` nothing.
 
     (B, L, d_model) -> (B, L, d_model); ``offset`` is the position of the first row (used when
     the decoder runs one token at a time).
@@ -172,7 +173,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:614 (cell 28)
+# %% book/model.md:619 (cell 28)
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network, each a residual sub-layer (§3.1).
 
@@ -234,7 +235,7 @@ def _residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:709 (cell 32)
+# %% book/model.md:714 (cell 32)
 class Encoder(nn.Module):
     """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model)."""
 

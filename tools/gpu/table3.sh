@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Table 3 sweep (book/variations.md) on one GPU, as commands of at most 10 minutes each,
 # resumable: every finished variant is a line of results/table3/variants.jsonl, and a rerun skips
-# it. Sized for about 25 minutes of one H100 (the chapter's "Sizing the GPU sweep"); that figure
+# it. Sized for about 25 minutes of one H100 (the chapter's "Sizing the sweeps"); that figure
 # is an estimate until `calibrate` has measured the speed of the GPU at hand.
 #
 # Prepare once, in the repository root (on a CPU, about 20 s; data/ is git-ignored):
@@ -17,10 +17,10 @@
 #      If the projection is over budget, pass that number as STEPS to every sweep command.
 #   2. [STEPS=<n>] bash tools/gpu/table3.sh sweep
 #      Repeat until its output ends with "sweep complete" (three commands by the estimate).
-#      The sweep writes results/table3/ in the repository and also copies variants.jsonl and
-#      manifest.json to $OUT/table3/ (default /tmp/table3-out), for a GPU machine other than
-#      the one you commit from: copy them into results/table3/ there after each command. Commit
-#      results/table3/ (small text only: no weights).
+#      The sweep writes results/table3/ in the repository and also copies variants.jsonl,
+#      manifest.json, buckets.json and hypotheses/ to $OUT/table3/ (default /tmp/table3-out),
+#      for a GPU machine other than the one you commit from: copy them into results/table3/
+#      there after each command. Commit results/table3/ (small text only: no weights).
 #      The manifest names the commit of the code: from git in a checkout, otherwise from
 #      TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
 #        TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/table3.sh sweep
@@ -65,7 +65,8 @@ case "${1:-}" in
     timeout 560 "$PYTHON" tools/table3.py --profile "$PROFILE" --budget-s "${BUDGET_S:-480}" \
       --quiet "${steps[@]}"
     status=$?
-    cp "$results/variants.jsonl" "$results/manifest.json" "$OUT/table3/" 2>/dev/null
+    cp -r "$results/variants.jsonl" "$results/manifest.json" "$results/buckets.json" \
+      "$results/hypotheses" "$OUT/table3/" 2>/dev/null
     ls -l "$OUT/table3"
     exit "$status"
     ;;
