@@ -1,9 +1,13 @@
 """The GPU scripts in tools/gpu/: they parse, and they name the code's commit the one way the
 library reads it (``transformer_lib.provenance.COMMIT_ENV``) where a copy has no .git."""
 
+import importlib.util
+import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +28,11 @@ def test_the_script_parses(script):
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.name)
+# The scripts that write reports; environment.sh and wheels.sh only prepare the machine.
+REPORTERS = [script for script in SCRIPTS if script.name not in {"environment.sh", "wheels.sh"}]
+
+
+@pytest.mark.parametrize("script", REPORTERS, ids=lambda path: path.name)
 def test_the_commit_is_named_through_the_librarys_variable(script):
     text = script.read_text(encoding="utf-8")
     assert COMMIT_ENV in text, f"{script.name} does not say how to pass {COMMIT_ENV}"
@@ -47,3 +55,70 @@ def test_the_script_speaks_to_its_reader(script):
     lines = script.read_text(encoding="utf-8").splitlines()
     found = [f"{i}: {line.strip()}" for i, line in enumerate(lines, 1) if MAKING_OF.search(line)]
     assert not found, f"{script.name} speaks of how the project is made:\n" + "\n".join(found)
+
+
+# ---------------------------------------------------------------- the smoke step, on a CPU
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_real_run():
+    spec = importlib.util.spec_from_file_location("real_run", ROOT / "tools" / "real_run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("every", "max_steps"), [(None, 10), (1, 4), (3, 10), (5, 10), (7, 3), (10, 10)]
+)
+def test_the_projection_counts_the_events_the_training_loop_makes(every, max_steps):
+    # The loop validates when a multiple of `every` is reached and after the last update
+    # (training.train); None stands for "once an epoch", counted once.
+    made = {step for step in range(1, max_steps + 1) if every and step % every == 0}
+    assert load_real_run().occurrences(every, max_steps) == len(made | {max_steps})
+
+
+@pytest.mark.parametrize(
+    ("options", "complaint"),
+    [
+        (["--time-updates", "1"], "at least 2"),
+        (["--time-updates", "5", "--results", "somewhere"], "leave out --results"),
+        (["--time-updates", "5", "--max-steps", "3"], "leave out --max-steps"),
+        (["--time-updates", "5", "--time-limit", "-1"], "number of seconds"),
+    ],
+)
+def test_a_timing_with_wrong_options_says_what_to_change(tmp_path, options, complaint):
+    command = [sys.executable, str(ROOT / "tools" / "real_run.py"), "--profile", "ci"]
+    command += ["--src", "de", "--tgt", "en", "--work", str(tmp_path / "work"), *options]
+    done = subprocess.run(
+        command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": "."}
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert complaint in done.stderr
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_the_smoke_step_runs_on_a_cpu(tmp_path):
+    """DRY_RUN=1 runs real_run.sh's first command at toy size: the pipeline (a stop, a resume,
+    a report) and the timing with its projection, as a GPU machine would run them."""
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    env = {**os.environ, "OUT": str(out), "RUNS": str(runs), "DRY_RUN": "1"}
+    env["PYTHON"] = sys.executable
+    done = subprocess.run(
+        ["bash", "tools/gpu/real_run.sh", "smoke"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (out / "smoke-report.tar.gz").stat().st_size > 0
+    timing = json.loads((out / "timing-ci.json").read_text())
+    assert timing["device"] == "cpu" and timing["updates"] == 2
+    training = timing["seconds_per_update"] * timing["max_steps"]
+    assert timing["projected_training_s"] > training > 0  # validations and checkpoints on top
+    assert "projected training time of the ci profile" in done.stdout
+    assert (timing["commands"] == 1) == timing["fits"]

@@ -2,8 +2,12 @@
 # The performance benchmarks on one GPU (book/performance.md), as a few steps that each take at
 # most about 10 minutes and write their own JSON, so that a stopped run resumes at the next step.
 #
-# Prepare, in the repository root (data/ is git-ignored):
+# Prepare, in the repository root (data/ and .whl/ are git-ignored):
 #   mkdir -p data && cp -r <your Multi30k folder> data/multi30k
+#   bash tools/gpu/wheels.sh     (on a machine with network: the pinned tokenizers and sacrebleu)
+# and bring data/ and .whl/ along with the code. Every command first installs the wheels of
+# .whl/ and stops if tokenizers or sacrebleu is not the version requirements.txt pins (see
+# tools/gpu/environment.sh).
 # Then, from the repository root, in this order (the times are estimates for one H100, not
 # measurements):
 #   1. bash tools/gpu/perf.sh check train_step     (~1 min check, then ~3 min)
@@ -27,6 +31,7 @@ export PYTHONUNBUFFERED=1  # the logs keep what a step printed even when its tim
 # After an out-of-memory probe, freed blocks are reused instead of fragmenting the next probe.
 export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
 PYTHON="${PYTHON:-python3}"
+source "$(dirname "$0")/environment.sh"  # the pinned tokenizers and sacrebleu, or a stop
 
 if [ "$#" -eq 0 ]; then
     echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding)" >&2

@@ -4,25 +4,40 @@
 # room for the evaluation, and if training finished it averages the last 5 checkpoints, evaluates
 # the four test sets (beam 4, alpha 0.6) and writes the report.
 #
-# Prepare, in the repository root (data/ is git-ignored):
+# Prepare, in the repository root (data/ and .whl/ are git-ignored):
 #   mkdir -p data && cp -r <your Multi30k folder> data/multi30k
+#   bash tools/gpu/wheels.sh     (on a machine with network: the pinned tokenizers and sacrebleu)
+# and bring data/ and .whl/ along with the code. Every command first installs the wheels of
+# .whl/ and stops if tokenizers or sacrebleu is not the version requirements.txt pins (see
+# tools/gpu/environment.sh).
 # Then, from the repository root, one command each (the times are estimates, not measurements):
-#   1. bash tools/gpu/real_run.sh smoke    (~1-2 min)
+#   1. bash tools/gpu/real_run.sh smoke    (~2-3 min)
 #   2. bash tools/gpu/real_run.sh de-en    (at most ~9.5 min)
 #   3. bash tools/gpu/real_run.sh en-de    (at most ~9.5 min)
 # The manifests name the commit of the code: from git in a checkout, otherwise from
 # TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
 #   TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/real_run.sh de-en
+#
 # `smoke` runs the whole pipeline at the `ci` size for 30 updates on the GPU first, to catch
-# plumbing errors in a minute instead of after ten.
+# plumbing errors in a minute instead of after ten. Then it times 50 updates of the `full`
+# profile as a direction trains them (bf16) and prints the projected time of the whole training
+# (8000 updates, validations and checkpoints included) and whether it fits one command's
+# training budget, TRAIN_SECONDS (420 s): if it says "does not fit", each direction takes the
+# number of commands it prints (see below).
 #
 # If a direction prints "training stopped at update N of 8000: run the same command again", the
 # time limit ended training first: run the same command again. It resumes exactly from the work
 # folder runs/full-<src>-<tgt>, so keep runs/ between the commands.
 #
-# What lands under $OUT: multi30k-<src>-<tgt>.tar.gz (the report folder) and a log per step.
-# Unpack it into the repository with `tar xzf $OUT/multi30k-de-en.tar.gz -C results/`, run
+# What lands under $OUT: multi30k-<src>-<tgt>.tar.gz (the report folder) and a log per step;
+# smoke-report.tar.gz and timing-full.json from `smoke`.
+# Unpack a report into the repository with `tar xzf $OUT/multi30k-de-en.tar.gz -C results/`, run
 # `pytest tests/test_real_run.py` (it recomputes bleu.json with sacreBLEU), then commit results/.
+#
+# DRY_RUN=1 bash tools/gpu/real_run.sh smoke runs the smoke step on the CPU (any GPU hidden), at
+# toy sizes: 3 updates, 4 test sentences, and 2 timed updates of the `ci` profile (the `full`
+# one takes about a minute an update there). It checks the script on any machine in about a
+# minute; RUNS names the folder of its work (default runs).
 set -euo pipefail
 
 : "${OUT:?set OUT to the folder that receives the reports and the logs}"
@@ -30,9 +45,15 @@ export PYTHONPATH=.
 export PYTHONUNBUFFERED=1
 export TRANSFORMER_LIB_DATA="${TRANSFORMER_LIB_DATA:-data/multi30k}"
 PYTHON="${PYTHON:-python3}"
+DRY_RUN="${DRY_RUN:-0}"
+if [ "$DRY_RUN" = 1 ]; then
+    export CUDA_VISIBLE_DEVICES=""  # the CPU trains and evaluates even where there is a GPU
+fi
+source "$(dirname "$0")/environment.sh"  # the pinned tokenizers and sacrebleu, or a stop
 # Training gets this many seconds of each command; startup, the tokenizer and the evaluation of
 # the four test sets (~3,500 sentences at beam 4) need the rest of its 10 minutes.
 TRAIN_SECONDS="${TRAIN_SECONDS:-420}"
+RUNS="${RUNS:-runs}"
 
 if [ "$#" -eq 0 ]; then
     echo "usage: bash tools/gpu/real_run.sh STEP... (smoke de-en en-de)" >&2
@@ -47,12 +68,25 @@ if [ ! -e .git ] && [ -z "${TRANSFORMER_LIB_COMMIT:-}" ]; then
     exit 2
 fi
 export TRANSFORMER_LIB_COMMIT="${TRANSFORMER_LIB_COMMIT:-}"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.csv" || true
+mkdir -p "$OUT"
+if [ "$DRY_RUN" = 1 ]; then
+    device=(--device cpu)
+    smoke_steps=3 smoke_limit=4 time_profile=ci time_updates=2
+else
+    # A GPU that torch cannot see would turn the timing below into minutes of CPU work.
+    if ! "$PYTHON" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+        echo "torch sees no CUDA GPU here (DRY_RUN=1 checks the smoke step on a CPU)" >&2
+        exit 2
+    fi
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.csv" || true
+    device=()
+    smoke_steps=30 smoke_limit=50 time_profile=full time_updates=50
+fi
 
 direction() {  # src tgt
     local src=$1 tgt=$2 name="multi30k-$1-$2"
     "$PYTHON" tools/real_run.py --profile full --src "$src" --tgt "$tgt" \
-        --work "runs/full-$src-$tgt" --results "results/$name" \
+        --work "$RUNS/full-$src-$tgt" --results "results/$name" \
         --time-limit "$TRAIN_SECONDS" --quiet 2>&1 | tee -a "$OUT/$name.log"
     if [ -f "results/$name/manifest.json" ]; then
         tar czf "$OUT/$name.tar.gz" -C results "$name"
@@ -62,17 +96,30 @@ direction() {  # src tgt
 for step in "$@"; do
     started=$SECONDS
     case "$step" in
-        smoke)  # every part at the ci size on the GPU: training, resume, bf16, report
-            rm -rf runs/smoke
-            smoke=(tools/real_run.py --profile ci --src de --tgt en --work runs/smoke
-                --results runs/smoke/report --max-steps 30 --limit 50 --quiet)
+        smoke)  # every part at the ci size: training, resume, bf16, report; then the timing
+            rm -rf "$RUNS/smoke" "$RUNS/timing"
+            smoke=(tools/real_run.py --profile ci --src de --tgt en --work "$RUNS/smoke"
+                --results "$RUNS/smoke/report" --max-steps "$smoke_steps" --limit "$smoke_limit"
+                --quiet "${device[@]}")
             # The first stops after one update (a limit of 0 s); the second resumes and reports.
             "$PYTHON" "${smoke[@]}" --time-limit 0 2>&1 | tee -a "$OUT/smoke.log"
             "$PYTHON" "${smoke[@]}" 2>&1 | tee -a "$OUT/smoke.log"
-            test -f runs/smoke/report/manifest.json
+            test -f "$RUNS/smoke/report/manifest.json"
+            tar czf "$OUT/smoke-report.tar.gz" -C "$RUNS/smoke" report
+            # The speed of a direction's training: its updates, one validation, one checkpoint,
+            # projected to the whole profile and set against TRAIN_SECONDS.
+            "$PYTHON" tools/real_run.py --profile "$time_profile" --src de --tgt en \
+                --work "$RUNS/timing" --time-updates "$time_updates" \
+                --time-limit "$TRAIN_SECONDS" --quiet "${device[@]}" 2>&1 | tee -a "$OUT/smoke.log"
+            cp "$RUNS/timing/timing.json" "$OUT/timing-$time_profile.json"
             ;;
-        de-en) direction de en ;;
-        en-de) direction en de ;;
+        de-en | en-de)
+            if [ "$DRY_RUN" = 1 ]; then
+                echo "DRY_RUN=1 runs the smoke step only: a direction trains the full profile" >&2
+                exit 2
+            fi
+            direction "${step%-*}" "${step#*-}"
+            ;;
         *) echo "unknown step $step (smoke de-en en-de)" >&2; exit 2 ;;
     esac
     echo "== $step took $((SECONDS - started)) s" | tee -a "$OUT/steps.log"

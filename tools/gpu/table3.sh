@@ -4,9 +4,13 @@
 # it. Sized for about 25 minutes of one H100 (the chapter's "Sizing the sweeps"); that figure
 # is an estimate until `calibrate` has measured the speed of the GPU at hand.
 #
-# Prepare once, in the repository root (on a CPU, about 20 s; data/ is git-ignored):
+# Prepare once, in the repository root (on a CPU, about 20 s; data/ and .whl/ are git-ignored):
 #   mkdir -p data && cp -r <your Multi30k folder> data/multi30k
+#   bash tools/gpu/wheels.sh     (on a machine with network: the pinned tokenizers and sacrebleu)
 #   PYTHONPATH=. python tools/table3.py --profile full --prepare   # the sweep's tokenizer
+# and bring data/, .whl/ and runs/table3-full/ along with the code. Every command first installs
+# the wheels of .whl/ and stops if tokenizers or sacrebleu is not the version requirements.txt
+# pins (see tools/gpu/environment.sh).
 # Every command below then uses runs/table3-full/tokenizer-en-de-8000.json, so every part of the
 # sweep uses the same tokenizer: keep data/multi30k and that file beside the code.
 #
@@ -29,19 +33,30 @@
 #
 # A variant cut off by the time limit resumes from its last checkpoint (every quarter of its
 # updates) while runs/ is kept between the commands, and restarts otherwise.
+#
+# PROFILE=ci runs the same commands at toy scale (results in runs/table3-ci/results). DRY_RUN=1
+# runs them at that scale on the CPU, any GPU hidden, and `calibrate` for 2 updates (about 20 s):
+# a check of the script on any machine. RUNS names the folder of the work folders (default runs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=. TRANSFORMER_LIB_DATA="${TRANSFORMER_LIB_DATA:-data/multi30k}"
 PYTHON="${PYTHON:-python3}"
+device=()
+if [[ "${DRY_RUN:-0}" == 1 ]]; then
+  export CUDA_VISIBLE_DEVICES=""  # the CPU trains even where there is a GPU
+  PROFILE=ci CALIBRATE="${CALIBRATE:-2}" device=(--device cpu)
+fi
+source tools/gpu/environment.sh  # the pinned tokenizers and sacrebleu, or a stop
 OUT="${OUT:-/tmp/table3-out}"
+RUNS="${RUNS:-runs}"
 mkdir -p "$OUT/table3"
 steps=()
 if [[ -n "${STEPS:-}" ]]; then steps=(--max-steps "$STEPS"); fi
-# PROFILE=ci runs the same commands at toy scale on a CPU (results in runs/table3-ci/results).
 PROFILE="${PROFILE:-full}"
+work="$RUNS/table3-$PROFILE"
 case "$PROFILE" in
-  full) results=results/table3 tokenizer=runs/table3-full/tokenizer-en-de-8000.json ;;
-  ci) results=runs/table3-ci/results tokenizer=runs/table3-ci/tokenizer-en-de-1000.json ;;
+  full) results=results/table3 tokenizer="$work/tokenizer-en-de-8000.json" ;;
+  ci) results="$work/results" tokenizer="$work/tokenizer-en-de-1000.json" ;;
   *) echo "PROFILE must be full or ci, got $PROFILE" >&2; exit 2 ;;
 esac
 if [[ "$PROFILE" == full && ! -f "$tokenizer" ]]; then
@@ -51,9 +66,10 @@ fi
 
 case "${1:-}" in
   calibrate)
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+    [[ "${DRY_RUN:-0}" == 1 ]] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
     "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
-    "$PYTHON" tools/table3.py --profile "$PROFILE" --calibrate "${CALIBRATE:-200}" --quiet "${steps[@]}" \
+    "$PYTHON" tools/table3.py --profile "$PROFILE" --work "$work" --out "$results" \
+      --calibrate "${CALIBRATE:-200}" --quiet "${steps[@]}" "${device[@]}" \
       2>&1 | tee "$OUT/table3/calibration.txt"
     ;;
   sweep)
@@ -62,8 +78,8 @@ case "${1:-}" in
       exit 2
     fi
     # 600 s per command: start no variant after about 480 s, stop hard at 560 s, then copy.
-    timeout 560 "$PYTHON" tools/table3.py --profile "$PROFILE" --budget-s "${BUDGET_S:-480}" \
-      --quiet "${steps[@]}"
+    timeout 560 "$PYTHON" tools/table3.py --profile "$PROFILE" --work "$work" --out "$results" \
+      --budget-s "${BUDGET_S:-480}" --quiet "${steps[@]}" "${device[@]}"
     status=$?
     cp -r "$results/variants.jsonl" "$results/manifest.json" "$results/buckets.json" \
       "$results/hypotheses" "$OUT/table3/" 2>/dev/null
