@@ -56,7 +56,7 @@ from transformer_lib.variations import (
     select_variants,
     sweep_variants,
 )
-from transformer_lib.verdicts import PAPER_TIE, Noise, base_noise, verdict
+from transformer_lib.verdicts import PAPER_TIE, PERPLEXITY, Noise, base_noise, verdict
 
 DOUBLE = torch.float64
 
@@ -506,6 +506,31 @@ def test_the_paper_tie_is_its_last_digit():
     assert verdict(2.0, 1.0, 0.2).kind == "holds"  # the paper's +0.2 is a difference
     assert verdict(2.0, 1.0, 0.1).kind == "differs" and 0.1 < PAPER_TIE < 0.2  # +0.1 is none
     assert Noise(1.0, 0.25, 3).band == 0.5
+
+
+@pytest.mark.parametrize(
+    "delta, paper, kind, words",
+    [
+        (
+            -0.50,
+            -0.37,
+            "holds",
+            "-0.50 perplexity, better beyond the noise (±0.26), as in the paper",
+        ),
+        (+0.50, -0.37, "differs", "worse beyond the noise (±0.26), the opposite of the paper"),
+        (-0.50, -0.01, "differs", "where the paper saw no difference (the paper: -0.01)"),
+        (
+            +0.50,
+            +0.02,
+            "holds",
+            "worse beyond the noise (±0.26), as in the paper (the paper: +0.02)",
+        ),
+        (+0.20, +0.37, "noise", "+0.20 perplexity, inside the noise (±0.26)"),
+    ],
+)
+def test_perplexity_verdicts_read_lower_as_better(delta, paper, kind, words):
+    said = verdict(delta, 0.26, paper, PERPLEXITY)
+    assert said.kind == kind and words in said.text
 
 
 # ---------------------------------------------------------------------------------------------
