@@ -226,7 +226,7 @@ def test_translate_gives_one_line_per_line_in_even_with_unicode_separators(
         seen.extend(sentences)
         return [f"<{sentence}>" for sentence in sentences]
 
-    monkeypatch.setattr(cli, "_load", lambda args: (None, None, {}))
+    monkeypatch.setattr(cli, "_load", lambda args: (None, None, {}, {}))
     monkeypatch.setattr(decoding, "translate", translate)
     text = "Ein Hund\u2028läuft.\r\n\nZwei\u2029Katzen\x85schlafen.\n"
     stdin_of(monkeypatch, text.encode())
@@ -238,7 +238,7 @@ def test_translate_gives_one_line_per_line_in_even_with_unicode_separators(
 
 
 def test_translate_input_that_is_not_utf8_is_one_line(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(cli, "_load", lambda args: (None, None, {}))
+    monkeypatch.setattr(cli, "_load", lambda args: (None, None, {}, {}))
     stdin_of(monkeypatch, "Ein Hund läuft.\n".encode("latin-1"))
     assert cli.main(["translate", "--checkpoint", str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err

@@ -1,26 +1,34 @@
-"""Choose the `laptop` profile by measurement: candidates trained for equal minutes, scored by BLEU.
+"""Choose the `laptop` profile by measurement: candidates trained for equal compute, scored on the
+validation split.
 
-Each candidate is the search's starting point with one change (width, depth, feed-forward size,
-vocabulary, batch size, learning rate, warm-up or dropout). All of them train German to English
-as the profile does (two processes of one thread each) and are compared at equal minutes of
-training on this machine, as numbers of updates: ``calibrate`` measures every candidate's seconds
-per update (once for candidates that differ only in settings that cost nothing, such as the
-learning rate or the dropout rate), ``rung --minutes M`` trains each one (resuming) to the updates that fill M minutes and
-scores it by the cased BLEU of its greedy translation of the whole validation split. Formula (3)'s
-schedule does not depend on the length of the run, so a candidate stopped at M minutes is exactly
-the first M minutes of a longer run: the rungs of a successive-halving search can continue the
-runs of the earlier ones.
+This is the second search behind the profile. The first (results/laptop-search/, written by this
+script at commit 04718e2) compared candidates at equal *minutes*, each calibrated at another hour;
+this machine's speed drifted up to 2.4x between those hours, so its ranking mixed the candidates'
+costs with the machine's moods. Here the cost of each candidate is measured *side by side*: every
+candidate is timed in one sitting, in turn, several times over (``calibrate``), and its cost is
+the median of its ratios to the leader's time within each round, a number that drift common to
+both cancels out of. A rung's budget is a number of the leader's updates (``rung --budget N``);
+each candidate trains for the updates that cost the same, ``N / cost``. Both the compute (updates
+and the leader's updates they cost) and the wall time are recorded.
 
-    python tools/laptop_search.py calibrate                 # on a quiet machine
-    python tools/laptop_search.py rung --minutes 18         # every candidate
-    python tools/laptop_search.py rung --minutes 40 --only lr_1.0,dropout_0.1
-    python tools/laptop_search.py precision              # float32 or bf16 autocast
-    python tools/laptop_search.py processes              # 2 processes x 1 thread or 1 x 2
+Each candidate is the first search's leader (the `laptop` profile it chose: d_model 128, d_ff 512,
+2 heads, 3+3 layers, dropout 0.2, 8k joint BPE, warm-up 400, half rate) with one change, or a
+combination of changes. They train German to English as the profile does (two processes of one
+thread each). A rung scores each by the model that would be evaluated: the average of its last 5
+checkpoints (100 updates apart), translated with beam 4 and alpha 0.6 (§6.1) over the whole
+validation split, cased sacreBLEU, beside its validation perplexity. The test sets are never
+looked at. Formula (3)'s schedule does not depend on the length of the run, so a longer rung
+continues the runs of a shorter one.
+
+    python tools/laptop_search.py calibrate --repeats 3     # on a quiet machine
+    python tools/laptop_search.py rung --budget 1200        # every candidate
+    python tools/laptop_search.py rung --budget 3000 --only leader,vocab_6000
+    python tools/laptop_search.py window --only leader      # which checkpoints to average
     python tools/laptop_search.py table
 
-Results go to results/laptop-search/: ``search.jsonl`` (one line per calibration and per
+Results go to results/laptop-search-2/: ``search.jsonl`` (one line per timing, per cost and per
 candidate and rung), each candidate's ``metrics.jsonl`` and a manifest. The runs' checkpoints stay
-in the work folder (``--work``, default runs/laptop-search/).
+in the work folder (``--work``, default runs/laptop-search-2/).
 """
 
 import argparse
@@ -29,6 +37,7 @@ import json
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -37,70 +46,60 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 
-RESULTS = ROOT / "results" / "laptop-search"
+RESULTS = ROOT / "results" / "laptop-search-2"
 SRC, TGT = "de", "en"
 CORES = 2
-PROCESSES = 2  # one per core: `processes` measures this against one process of two threads
-CALIBRATION_STEPS = 35  # the first 5 are left out (they include warming up)
-PRECISION_UPDATES = 3  # after one to warm up: bf16 is slow enough on CPUs without bf16 units
+PROCESSES = 2  # one per core, as the profile trains
+TIMED_FROM = 5  # calibration leaves out the updates before this one (they include warming up)
+AVERAGED = 5  # checkpoints averaged for a rung's score, as the recorded runs average (§6.1)
 
-# One change each to the starting point: (TransformerConfig changes, TrainingConfig changes,
-# Profile changes). The starting point is the untuned first try (d_model 256, 3+3 layers, d_ff
-# 1024, 8k joint BPE, dropout 0.2, updates of 4,096 tokens a side, half rate, 400 warm-up).
+# Changes to the leader: (TransformerConfig changes, TrainingConfig changes, Profile changes).
 CANDIDATES = {
-    "start": ({}, {}, {}),
-    "lr_1.0": ({}, {"lr_scale": 1.0}, {}),
-    "warmup_200": ({}, {"warmup_steps": 200}, {}),
-    "dropout_0.1": ({"dropout": 0.1}, {}, {}),
-    "dropout_0.3": ({"dropout": 0.3}, {}, {}),
-    "vocab_6000": ({}, {}, {"vocab_size": 6000}),
-    "batch_2048": ({}, {"max_tokens": 1024, "warmup_steps": 800}, {}),
-    "layers_4": ({"n_layers": 4}, {}, {}),
-    "d_ff_512": ({"d_ff": 512}, {}, {}),
-    "d_model_192": ({"d_model": 192, "d_ff": 768, "n_heads": 3}, {}, {}),
-    "d_model_320": ({"d_model": 320, "d_ff": 1280, "n_heads": 5}, {}, {}),
-    # Narrower and shallower still: the widths above found the narrower model ahead at 18 minutes.
-    "d_model_128": ({"d_model": 128, "d_ff": 512, "n_heads": 2}, {}, {}),
+    "leader": ({}, {}, {}),
+    # The leader again with other initial weights and batches: the noise of one run.
+    "leader_seed_1": ({}, {"seed": 1}, {}),
+    # Cheaper updates: more of them in the same compute.
+    "d_ff_256": ({"d_ff": 256}, {}, {}),  # d_ff = 2 d_model, which helped at width 256
     "layers_2": ({"n_layers": 2}, {}, {}),
-    # The single changes that won at 18 minutes, together: the narrower model, warm-up 200,
-    # dropout 0.1; then also the narrower feed-forward layer (d_ff = 2 d_model, as d_ff_512 had).
-    "combo_192": (
-        {"d_model": 192, "d_ff": 768, "n_heads": 3, "dropout": 0.1},
-        {"warmup_steps": 200},
-        {},
-    ),
-    "combo_192_ff384": (
-        {"d_model": 192, "d_ff": 384, "n_heads": 3, "dropout": 0.1},
-        {"warmup_steps": 200},
-        {},
-    ),
+    "vocab_6000": ({}, {}, {"vocab_size": 6000}),  # the projection onto the vocabulary costs
+    "vocab_4000": ({}, {}, {"vocab_size": 4000}),  # most of an update at width 128
+    # Wider, with more dropout to last longer.
+    "dropout_0.3": ({"dropout": 0.3}, {}, {}),
+    "d_model_192": ({"d_model": 192, "d_ff": 768, "n_heads": 3}, {}, {}),
+    "d_model_256": ({"d_model": 256, "d_ff": 1024, "n_heads": 4, "dropout": 0.3}, {}, {}),
+    "d_model_320": ({"d_model": 320, "d_ff": 1280, "n_heads": 5, "dropout": 0.3}, {}, {}),
 }
 
 
-def candidate_profile(name: str, **training_changes):
-    """The Profile of candidate ``name`` (``training_changes`` override the training config)."""
+def leader_profile():
+    """The first search's leader, as the `laptop` profile it chose was before this search."""
     from transformer_lib.model import TransformerConfig
     from transformer_lib.recipe import Profile
     from transformer_lib.training import TrainingConfig
 
-    model_changes, training, profile_changes = CANDIDATES[name]
-    start = Profile(
+    return Profile(
         model=TransformerConfig(
-            8000, 8000, d_model=256, d_ff=1024, n_heads=4, n_layers=3, dropout=0.2
+            8000, 8000, d_model=128, d_ff=512, n_heads=2, n_layers=3, dropout=0.2
         ),
         training=TrainingConfig(
             max_steps=100_000,  # each rung sets how far to go
             warmup_steps=400,
             lr_scale=0.5,
-            max_tokens=2048,  # per process
+            max_tokens=2048,  # per process: 4,096 a side per update
             log_every=25,
-            checkpoint_every=50,
-            keep_checkpoints=100,  # all of them: the averaging window is chosen afterwards
-            validate_every=100,
+            checkpoint_every=100,
+            keep_checkpoints=1000,  # all of them: the averaging window is chosen afterwards
+            validate_every=250,
         ),
         bleu_sentences=500,
         processes=PROCESSES,
     )
+
+
+def candidate_profile(name: str, **training_changes):
+    """The Profile of candidate ``name`` (``training_changes`` override the training config)."""
+    model_changes, training, profile_changes = CANDIDATES[name]
+    start = leader_profile()
     return dataclasses.replace(
         start,
         model=dataclasses.replace(start.model, **model_changes),
@@ -119,12 +118,8 @@ def worker(args: argparse.Namespace) -> None:
     try:
         changes = {}
         if args.calibrate:
-            changes = dict(log_every=5, validate_every=10**9, checkpoint_every=10**9)
+            changes = dict(log_every=1, validate_every=10**9, checkpoint_every=10**9)
         profile = candidate_profile(args.name, **changes)
-        if args.processes != PROCESSES:  # the same tokens per update, over fewer processes
-            per_process = profile.training.max_tokens * PROCESSES // args.processes
-            training = dataclasses.replace(profile.training, max_tokens=per_process)
-            profile = dataclasses.replace(profile, training=training, processes=args.processes)
         if args.calibrate:
             profile = dataclasses.replace(profile, bleu_sentences=0)
         last = args.out / "checkpoints" / "last.pt"
@@ -141,19 +136,27 @@ def worker(args: argparse.Namespace) -> None:
         torch.distributed.destroy_process_group()
 
 
-def launch(
-    name: str, out: Path, steps: int, calibrate: bool = False, processes: int = PROCESSES
-) -> None:
-    """Train candidate ``name`` to update ``steps`` in ``out`` with ``processes`` processes that
-    share the machine's two cores (one thread each, or all the threads for one process)."""
+def launch(name: str, out: Path, steps: int, work: Path, calibrate: bool = False) -> None:
+    """Train candidate ``name`` to update ``steps`` in ``out``: two processes of one thread.
+
+    The joint BPE vocabulary of each size is learned once and copied into every run that uses it
+    (learning it is deterministic, and the copy saves each run the seconds it takes).
+    """
+    vocab = candidate_profile(name).vocab_size
+    shared = work / "tokenizers" / f"{vocab}.json"
+    out.mkdir(parents=True, exist_ok=True)
+    if shared.is_file() and not (out / "tokenizer.json").is_file():
+        shutil.copyfile(shared, out / "tokenizer.json")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", str(processes), str(Path(__file__).resolve()), "_worker"]
+    command += ["--nproc-per-node", str(PROCESSES), str(Path(__file__).resolve()), "_worker"]
     command += [name, "--out", str(out), "--steps", str(steps)]
     command += ["--calibrate"] if calibrate else []
-    command += ["--processes", str(processes)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, CORES // processes))}
+    env = {**os.environ, "OMP_NUM_THREADS": str(CORES // PROCESSES)}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     subprocess.run(command, env=env, check=True)
+    if not shared.is_file():
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "tokenizer.json", shared)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -169,8 +172,8 @@ def append(record: dict) -> None:
 
 def cost_twin(name: str) -> str:
     """The first candidate whose updates cost what ``name``'s do: the same shapes, sizes and
-    batches (the learning rate, warm-up and dropout rate change no computation)."""
-    free = {"dropout", "lr_scale", "warmup_steps"}
+    batches (the seed, learning rate, warm-up and dropout rate change no computation)."""
+    free = {"dropout", "lr_scale", "warmup_steps", "seed"}
 
     def shape(candidate: str) -> tuple:
         profile = candidate_profile(candidate)
@@ -181,170 +184,182 @@ def cost_twin(name: str) -> str:
     return next(other for other in CANDIDATES if shape(other) == shape(name))
 
 
-def seconds_per_update() -> dict[str, float]:
-    """Each candidate's calibrated seconds per update (its cost twin's)."""
-    records = read_jsonl(RESULTS / "search.jsonl")
-    measured = {r["name"]: r["s_per_update"] for r in records if r["kind"] == "calibration"}
-    return {name: measured[cost_twin(name)] for name in CANDIDATES if cost_twin(name) in measured}
+def timed_updates(name: str, out: Path, updates: int, work: Path) -> float:
+    """Seconds per update of candidate ``name``, from a fresh run of ``updates`` updates in
+    ``out``, leaving out the first ``TIMED_FROM``."""
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run: calibration never resumes
+    launch(name, out, updates, work, calibrate=True)
+    wall = {
+        r["step"]: r["wall_s"] for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"
+    }
+    return (wall[updates] - wall[TIMED_FROM]) / (updates - TIMED_FROM)
 
 
 def calibrate(args: argparse.Namespace) -> None:
-    done = seconds_per_update()
-    for name in selected(args):
-        if name in done or cost_twin(name) != name:
-            continue
-        out = args.work / "calibration" / name
-        seconds = timed_updates(name, out)
-        append({"kind": "calibration", "name": name, "s_per_update": round(seconds, 4)})
-
-
-def timed_updates(name: str, out: Path, processes: int = PROCESSES) -> float:
-    """Seconds per update of candidate ``name``, from updates 5 to 35 of a fresh run in ``out``."""
-    shutil.rmtree(out, ignore_errors=True)  # a fresh run: calibration never resumes
-    launch(name, out, CALIBRATION_STEPS, calibrate=True, processes=processes)
-    train = [r for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
-    first, last = train[0], train[-1]  # steps 5 and 35
-    return (last["wall_s"] - first["wall_s"]) / (last["step"] - first["step"])
-
-
-def processes(args: argparse.Namespace) -> None:
-    """Two processes of one thread against one process of two threads, with the same tokens per
-    update: which way of using the two cores trains faster."""
-    measured = {}
-    for count in (PROCESSES, 1):
-        out = args.work / "processes" / str(count)
-        measured[count] = timed_updates("start", out, processes=count)
-    append(
-        {
-            "kind": "processes",
-            "name": "start",
-            "s_per_update": {
-                f"{n} x {CORES // n} threads": round(s, 4) for n, s in measured.items()
-            },
-            "speed-up": round(measured[1] / measured[PROCESSES], 3),
-        }
-    )
-
-
-def precision(args: argparse.Namespace) -> None:
-    """float32 against bf16 autocast on this CPU: seconds per update of the starting point's model
-    on the same batches (one process, all threads), and the loss each reaches from the same start.
-
-    Random token ids in Multi30k's sentence lengths stand in for the data: the cost of an update
-    depends on the shapes, not on which tokens fill them.
-    """
-    import contextlib
-
-    import torch
-
-    from transformer_lib.batching import collate
-    from transformer_lib.model import Transformer
-    from transformer_lib.training import make_optimizer, update_step
-
-    profile = candidate_profile("start")
-    config = profile.model
-    generator = torch.Generator().manual_seed(0)
-    lengths = torch.randint(8, 20, (PRECISION_UPDATES + 1, 2, 64), generator=generator)
-    batches = [
-        collate(
-            [
-                (
-                    torch.randint(
-                        4, config.src_vocab_size, (int(s),), generator=generator
-                    ).tolist(),
-                    torch.randint(
-                        4, config.tgt_vocab_size, (int(t),), generator=generator
-                    ).tolist(),
-                )
-                for s, t in zip(*update, strict=True)
-            ]
-        )
-        for update in lengths
-    ]
-    record = {"kind": "precision", "name": "start", "sentences_per_update": 64}
-    for label, autocast in (
-        ("float32", contextlib.nullcontext),
-        ("bf16", lambda: torch.autocast("cpu", dtype=torch.bfloat16)),
-    ):
-        torch.manual_seed(0)
-        model = Transformer(config)
-        optimizer, scheduler = make_optimizer(model, config.d_model, 400, 0.5)
-        model.train()
-        update_step(model, [batches[0]], optimizer, scheduler, profile.training, 0, autocast())
-        started = time.perf_counter()
-        for batch in batches[1:]:
-            loss, tokens = update_step(
-                model, [batch], optimizer, scheduler, profile.training, 0, autocast()
+    """Time every candidate that costs differently, in turn, ``--repeats`` times; each round
+    starts one candidate further on, so that no candidate is always timed first or last."""
+    names = [name for name in selected(args) if cost_twin(name) == name]
+    if "leader" not in names:
+        names.insert(0, "leader")
+    for repeat in range(args.repeats):
+        order = names[repeat % len(names) :] + names[: repeat % len(names)]
+        for name in order:
+            seconds = timed_updates(name, args.work / "calibration" / name, args.updates, args.work)
+            append(
+                {
+                    "kind": "timing",
+                    "name": name,
+                    "round": repeat,
+                    "updates_timed": args.updates - TIMED_FROM,
+                    "s_per_update": round(seconds, 4),
+                }
             )
-        seconds = (time.perf_counter() - started) / PRECISION_UPDATES
-        record[label] = {"s_per_update": round(seconds, 4), "last_loss": round(loss / tokens, 4)}
-        print(label, record[label], flush=True)
-    record["bf16_over_float32"] = round(
-        record["bf16"]["s_per_update"] / record["float32"]["s_per_update"], 2
-    )
-    append(record)
+    for name in names:
+        cost = costs().get(name)
+        append({"kind": "cost", "name": name, **cost})
+    write_manifest(args)
 
 
-def validation_bleu(run: Path) -> dict:
-    """Cased BLEU of the greedy translation of the whole validation split by ``last.pt``."""
+def costs() -> dict[str, dict]:
+    """Each calibrated candidate's cost: its median seconds per update and the median, over
+    rounds, of its time divided by the leader's in the same round."""
+    timings = [r for r in read_jsonl(RESULTS / "search.jsonl") if r["kind"] == "timing"]
+    leader = {r["round"]: r["s_per_update"] for r in timings if r["name"] == "leader"}
+    result = {}
+    for name in {r["name"] for r in timings}:
+        mine = [r for r in timings if r["name"] == name and r["round"] in leader]
+        ratios = [r["s_per_update"] / leader[r["round"]] for r in mine]
+        seconds = [r["s_per_update"] for r in mine]
+        result[name] = {
+            "rounds": len(mine),
+            "s_per_update": round(statistics.median(seconds), 4),
+            "s_per_update_range": [min(seconds), max(seconds)],
+            "relative_cost": round(statistics.median(ratios), 4),
+            "relative_cost_range": [round(min(ratios), 4), round(max(ratios), 4)],
+        }
+    return result
+
+
+def relative_cost(name: str) -> float:
+    known = costs()
+    twin = cost_twin(name)
+    if twin not in known:
+        raise SystemExit(f"{name} is not calibrated: run `calibrate --only {twin}` first")
+    return known[twin]["relative_cost"]
+
+
+def score(run: Path, steps: int, average: int = AVERAGED, every: int = 1) -> dict:
+    """The validation scores of the model a rung stopped at: the average of ``average``
+    checkpoints ``every`` checkpoints apart, ending at update ``steps``, translated with the
+    paper's search (beam 4, alpha 0.6), and its validation perplexity."""
+    import math
+
+    from transformer_lib.batching import encode_pairs, make_batches
+    from transformer_lib.data import load_multi30k
     from transformer_lib.decoding import SearchConfig
-    from transformer_lib.evaluation import evaluate_split, load_translator
+    from transformer_lib.evaluation import average_checkpoints, evaluate_split
+    from transformer_lib.model import Transformer, TransformerConfig
+    from transformer_lib.tokenizer import PAD_ID, BPETokenizer
+    from transformer_lib.training import evaluate_loss
 
-    model, tokenizer, checkpoint = load_translator(run / "checkpoints" / "last.pt")
-    search = SearchConfig(beam_size=1, batch_size=100)
-    scores, _ = evaluate_split(model, tokenizer, "val", SRC, TGT, search=search)
-    return {"step": int(checkpoint["step"]), "bleu": scores["bleu"], "chrf": scores["chrf"]}
+    folder = run / "checkpoints"
+    interval = candidate_checkpoint_every(run) * every
+    wanted = [steps - interval * i for i in reversed(range(average))]
+    paths = [folder / f"step-{step}.pt" for step in wanted if step > 0]
+    averaged = average_checkpoints(paths)
+    model = Transformer(TransformerConfig(**averaged["config"]["model"]))
+    model.load_state_dict(averaged["model"])
+    model.eval()
+    tokenizer = BPETokenizer.from_json(averaged["tokenizer"])
+    scores, _ = evaluate_split(model, tokenizer, "val", SRC, TGT, search=SearchConfig())
+    valid = make_batches(encode_pairs(tokenizer, load_multi30k("val", SRC, TGT)), 2048)
+    loss = evaluate_loss(model, valid, PAD_ID)["loss"]
+    return {
+        "averaged_steps": averaged["averaged_steps"],
+        "valid_bleu": round(scores["bleu"], 2),
+        "valid_chrf": round(scores["chrf"], 2),
+        "valid_loss": round(loss, 4),
+        "valid_ppl": round(math.exp(loss), 3),
+    }
+
+
+def candidate_checkpoint_every(run: Path) -> int:
+    return json.loads((run / "config.json").read_text())["training"]["checkpoint_every"]
 
 
 def rung(args: argparse.Namespace) -> None:
-    from transformer_lib.provenance import write_text_atomically
-
-    speeds = seconds_per_update()
+    """Train each candidate (resuming) to the updates that cost ``--budget`` of the leader's,
+    then score it."""
     done = {
-        (r["name"], r["minutes"])
+        (r["name"], r["budget"])
         for r in read_jsonl(RESULTS / "search.jsonl")
         if r["kind"] == "rung"
     }
-    for name in selected(args):
-        if name not in speeds:
-            raise SystemExit(f"{name} is not calibrated: run `calibrate` first")
-        if (name, args.minutes) in done:
+    names = selected(args)
+    steps_of = {name: round(args.budget / relative_cost(name)) for name in names}
+    for name in names:
+        if (name, args.budget) in done:
             continue
-        steps = round(args.minutes * 60 / speeds[name])
+        every = candidate_profile(name).training.checkpoint_every
+        steps = max(every, round(steps_of[name] / every) * every)  # ends on a checkpoint
+        # A run too short for 5 checkpoints past the first averages those it has past the first.
+        average = max(1, min(AVERAGED, steps // every - 1))
         out = args.work / name
         started = time.perf_counter()
-        launch(name, out, steps)
+        launch(name, out, steps, args.work)
         trained_s = time.perf_counter() - started
         metrics = read_jsonl(out / "metrics.jsonl")
-        valid = [r for r in metrics if r["kind"] == "valid" and r["step"] == steps][-1]
-        scored = validation_bleu(out)
+        last = [r for r in metrics if r["kind"] == "train" and r["step"] == steps][-1]
+        scored = score(out, steps, average)
         append(
             {
                 "kind": "rung",
                 "name": name,
-                "minutes": args.minutes,
+                "budget": args.budget,  # the leader's updates
                 "steps": steps,
-                "valid_loss": round(valid["loss"], 4),
-                "sample_bleu": round(valid["bleu"], 2),  # greedy, the first 500 sentences
-                "valid_bleu": round(scored["bleu"], 2),  # greedy, all 1,014 sentences
-                "valid_chrf": round(scored["chrf"], 2),
-                "elapsed_s": round(valid["elapsed_s"], 1),
+                "relative_cost": relative_cost(name),
+                "leader_updates": round(steps * relative_cost(name)),  # the compute it used
+                **scored,
+                "wall_s": round(last["wall_s"], 1),  # the updates alone, all commands
+                "elapsed_s": round(last["elapsed_s"], 1),  # with validations and checkpoints
                 "command_s": round(trained_s, 1),
             }
         )
+        from transformer_lib.provenance import write_text_atomically
+
         log = (out / "metrics.jsonl").read_text()
         write_text_atomically(RESULTS / "runs" / f"{name}.metrics.jsonl", log)
     write_manifest(args)
 
 
-def write_manifest(args: argparse.Namespace) -> None:
-    from transformer_lib.provenance import cpu_name, environment, write_json
+def window(args: argparse.Namespace) -> None:
+    """For candidates that reached a rung, the validation scores of other averaging windows:
+    the last 1, 5, 10 and 20 checkpoints 100 updates apart, and 5 checkpoints 200 apart."""
+    rungs = [r for r in read_jsonl(RESULTS / "search.jsonl") if r["kind"] == "rung"]
+    for name in selected(args):
+        mine = [r for r in rungs if r["name"] == name]
+        if not mine:
+            raise SystemExit(f"{name} has reached no rung")
+        last = max(mine, key=lambda r: r["steps"])
+        for average, every in ((1, 1), (5, 1), (10, 1), (20, 1), (5, 2), (10, 2)):
+            scored = score(args.work / name, last["steps"], average, every)
+            append({"kind": "window", "name": name, "average": average, "every": every, **scored})
 
+
+def write_manifest(args: argparse.Namespace) -> None:
+    from transformer_lib.provenance import cpu_name, environment, jsonable, write_json
+
+    start = leader_profile()
     manifest = {
         **environment("cpu"),
         "cpu": cpu_name(),
         "processes": PROCESSES,
-        "threads_per_process": 1,
+        "threads_per_process": CORES // PROCESSES,
+        "leader": {
+            "model": jsonable(start.model),
+            "training": jsonable(start.training),
+            "vocab_size": start.vocab_size,
+        },
         "candidates": {
             name: {"model": m, "training": t, "profile": p}
             for name, (m, t, p) in CANDIDATES.items()
@@ -356,13 +371,14 @@ def write_manifest(args: argparse.Namespace) -> None:
 
 
 def table(args: argparse.Namespace) -> None:
-    speeds = seconds_per_update()
     rungs = [r for r in read_jsonl(RESULTS / "search.jsonl") if r["kind"] == "rung"]
-    print(f"{'candidate':14} {'s/update':>8} {'min':>4} {'steps':>6} {'loss':>6} {'BLEU':>6}")
-    for r in sorted(rungs, key=lambda r: (r["minutes"], -r["valid_bleu"])):
+    print(
+        f"{'candidate':14} {'cost':>5} {'budget':>6} {'steps':>6} {'ppl':>6} {'BLEU':>6} {'min':>5}"
+    )
+    for r in sorted(rungs, key=lambda r: (r["budget"], -r["valid_bleu"])):
         print(
-            f"{r['name']:14} {speeds[r['name']]:8.3f} {r['minutes']:4g} {r['steps']:6d} "
-            f"{r['valid_loss']:6.3f} {r['valid_bleu']:6.2f}"
+            f"{r['name']:14} {r['relative_cost']:5.2f} {r['budget']:6d} {r['steps']:6d} "
+            f"{r['valid_ppl']:6.3f} {r['valid_bleu']:6.2f} {r['wall_s'] / 60:5.1f}"
         )
 
 
@@ -375,28 +391,34 @@ def selected(args: argparse.Namespace) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python tools/laptop_search.py", description=__doc__)
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "laptop-search")
+    parser = argparse.ArgumentParser(
+        prog="python tools/laptop_search.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "laptop-search-2")
     commands = parser.add_subparsers(dest="command", required=True)
-    subcommands = (
+    for name, run in (
         ("calibrate", calibrate),
         ("rung", rung),
-        ("precision", precision),
-        ("processes", processes),
+        ("window", window),
         ("table", table),
-    )
-    for name, run in subcommands:
+    ):
         command = commands.add_parser(name)
         command.add_argument("--only", help="comma-separated candidate names")
+        if name == "calibrate":
+            command.add_argument("--repeats", type=int, default=3, help="rounds of timings")
+            command.add_argument("--updates", type=int, default=25, help="updates a timing")
         if name == "rung":
-            command.add_argument("--minutes", type=float, required=True)
+            command.add_argument(
+                "--budget", type=int, required=True, help="compute, in the leader's updates"
+            )
         command.set_defaults(run=run)
     hidden = commands.add_parser("_worker")
     hidden.add_argument("name", choices=list(CANDIDATES))
     hidden.add_argument("--out", type=Path, required=True)
     hidden.add_argument("--steps", type=int, required=True)
     hidden.add_argument("--calibrate", action="store_true")
-    hidden.add_argument("--processes", type=int, default=PROCESSES)
     hidden.set_defaults(run=worker)
     args = parser.parse_args()
     if args.command != "_worker":

@@ -7,7 +7,19 @@ package is cheap: it imports nothing heavy, so ``python -m transformer_lib --hel
 
 from importlib.metadata import PackageNotFoundError, version
 
+__all__ = ["load_pretrained"]
+
 try:
     __version__ = version("transformer_lib")
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
+
+
+def __getattr__(name: str):
+    """``transformer_lib.load_pretrained``, imported on first use so that importing the package
+    stays cheap."""
+    if name == "load_pretrained":
+        from transformer_lib.pretrained import load_pretrained
+
+        return load_pretrained
+    raise AttributeError(f"module 'transformer_lib' has no attribute {name!r}")

@@ -28,6 +28,7 @@ LIBRARY_ERRORS = {
     "transformer_lib.checkpoints": ("CheckpointError",),
     "transformer_lib.recipe": ("RecipeError",),
     "transformer_lib.report": ("ReportError",),
+    "transformer_lib.pretrained": ("PretrainedError", "ModelNotFoundError"),
 }
 
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:195 (cell 6)
+# %% book/command_line.md:196 (cell 6)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -245,7 +246,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:440 (cell 16)
+# %% book/command_line.md:441 (cell 16)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -267,9 +268,14 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:507 (cell 20)
+# %% book/command_line.md:514 (cell 20)
 def _add_search_options(command) -> None:
-    command.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint to use")
+    which = command.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
+    which.add_argument(
+        "--model",
+        help="a shipped model, by name (e.g. multi30k-de-en-laptop) or the path of its folder",
+    )
     command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
     command.add_argument("--alpha", type=float, default=0.6, help="length penalty (default 0.6)")
     command.add_argument(
@@ -295,14 +301,23 @@ def _search(args: argparse.Namespace):
 
 
 def _load(args: argparse.Namespace):
+    """The model and tokenizer of ``--checkpoint`` or ``--model``, the run's description (``src``,
+    ``tgt``, ``data``, ...) as its config records it, and what was loaded (for the scores)."""
     import torch
 
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.model is not None:
+        from transformer_lib.pretrained import load_pretrained
+
+        model, tokenizer = load_pretrained(args.model, device)
+        return model, tokenizer, model.run, {"model": args.model}
     from transformer_lib.evaluation import load_translator
 
     if not args.checkpoint.is_file():
         raise UsageError(f"--checkpoint {args.checkpoint} is not a file")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return load_translator(args.checkpoint, device)
+    model, tokenizer, checkpoint = load_translator(args.checkpoint, device)
+    loaded = {"checkpoint": str(args.checkpoint), "step": int(checkpoint["step"])}
+    return model, tokenizer, checkpoint["config"].get("run") or {}, loaded
 
 
 def add_translate_command(commands) -> None:
@@ -336,7 +351,7 @@ def run_translate(args: argparse.Namespace) -> int:
     from transformer_lib.decoding import translate
 
     search = _search(args)
-    model, tokenizer, _ = _load(args)
+    model, tokenizer, _, _ = _load(args)
     sentences = _stdin_lines()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -349,7 +364,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:623 (cell 24)
+# %% book/command_line.md:648 (cell 24)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
@@ -378,16 +393,21 @@ def run_evaluate(args: argparse.Namespace) -> int:
     _check_data_dir(args.data_dir)
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be at least 1, got {args.limit}")
-    out = args.out or args.checkpoint.with_name(f"{args.checkpoint.stem}.{args.split}.json")
+    used = args.checkpoint if args.model is None else args.model
+    if args.out is not None:
+        out = args.out
+    elif args.model is not None:  # never into the shipped model's folder
+        out = Path(f"{Path(args.model).name}.{args.split}.json")
+    else:
+        out = args.checkpoint.with_name(f"{args.checkpoint.stem}.{args.split}.json")
     _check_out_folder(out)
     search = _search(args)
-    model, tokenizer, checkpoint = _load(args)
-    run = checkpoint["config"].get("run") or {}
+    model, tokenizer, run, loaded = _load(args)
     if "src" not in run or "tgt" not in run:
-        raise UsageError(f"{args.checkpoint} does not say which languages it translates")
+        raise UsageError(f"{used} does not say which languages it translates")
     if run.get("data", "multi30k") != "multi30k":
         raise UsageError(
-            f"{args.checkpoint} was trained on your own files, not Multi30k: translate your test "
+            f"{used} was trained on your own files, not Multi30k: translate your test "
             "file with the translate command and score it with sacrebleu"
         )
     scores, hypotheses = evaluate_split(
@@ -401,7 +421,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         limit=args.limit,
         progress=not args.quiet,
     )
-    scores = {**scores, "checkpoint": str(args.checkpoint), "step": int(checkpoint["step"])}
+    scores = {**scores, **loaded}
     hypotheses_path = save_evaluation(scores, hypotheses, out)
     print(
         f"{args.split} {run['src']}->{run['tgt']}, {scores['sentences']} sentences, "

@@ -26,6 +26,7 @@ import sys
 
 import numpy
 import sacrebleu
+import safetensors
 import tokenizers
 import torch
 
@@ -34,7 +35,7 @@ with open(sys.argv[1]) as file:
 cuda = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU visible"
 print(f"python {sys.version.split()[0]}, torch {torch.__version__} ({cuda}), numpy {numpy.__version__}")
 wrong = []
-for module in (tokenizers, sacrebleu):
+for module in (tokenizers, sacrebleu, safetensors):
     name, have = module.__name__, module.__version__
     print(f"{name} {have} from {module.__file__}")
     if have != pins.get(name):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Downloads into .whl/ the wheels that a GPU machine without network needs to run this code with
-# the versions requirements.txt pins: tokenizers (the BPE vocabulary) and sacrebleu (its
-# signature names its version). Run it once, from the repository root, on a machine with
-# network; then bring .whl/ (about 3.5 MB) along with the code. real_run.sh, perf.sh and
+# the versions requirements.txt pins: tokenizers (the BPE vocabulary), sacrebleu (its
+# signature names its version) and safetensors (the file of the evaluated model). Run it once,
+# from the repository root, on a machine with network; then bring .whl/ (about 4 MB) along with
+# the code. real_run.sh, perf.sh and
 # table3.sh install these wheels first thing (tools/gpu/environment.sh).
 #
 #   bash tools/gpu/wheels.sh
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-python3}"
 WHEELS="${WHEELS:-.whl}"
 WHEEL_PYTHON="${WHEEL_PYTHON:-3.12}"
-PACKAGES=(tokenizers sacrebleu)
+PACKAGES=(tokenizers sacrebleu safetensors)
 # What the GPU image already holds, in versions that these two accept.
 PRESENT=(colorama lxml portalocker regex tabulate numpy tqdm huggingface-hub pyyaml requests
     filelock fsspec packaging typing-extensions)
