@@ -24,6 +24,7 @@ continues the runs of a shorter one.
     python tools/laptop_search.py rung --budget 1200        # every candidate
     python tools/laptop_search.py rung --budget 3000 --only leader,vocab_6000
     python tools/laptop_search.py window --only leader      # which checkpoints to average
+    python tools/laptop_search.py levers                    # cheaper updates: bf16, compile
     python tools/laptop_search.py table
 
 Results go to results/laptop-search-2/: ``search.jsonl`` (one line per timing, per cost and per
@@ -68,6 +69,11 @@ CANDIDATES = {
     "d_model_192": ({"d_model": 192, "d_ff": 768, "n_heads": 3}, {}, {}),
     "d_model_256": ({"d_model": 256, "d_ff": 1024, "n_heads": 4, "dropout": 0.3}, {}, {}),
     "d_model_320": ({"d_model": 320, "d_ff": 1280, "n_heads": 5, "dropout": 0.3}, {}, {}),
+    # After the first rung: the smaller vocabulary led, so a smaller one still, and the two
+    # changes that led at equal compute (a smaller vocabulary, two layers a stack) together.
+    "vocab_3000": ({}, {}, {"vocab_size": 3000}),
+    "vocab_4000_layers_2": ({"n_layers": 2}, {}, {"vocab_size": 4000}),
+    "vocab_3000_layers_2": ({"n_layers": 2}, {}, {"vocab_size": 3000}),
 }
 
 
@@ -346,6 +352,60 @@ def window(args: argparse.Namespace) -> None:
             append({"kind": "window", "name": name, "average": average, "every": every, **scored})
 
 
+def levers(args: argparse.Namespace) -> None:
+    """Ways to make the leader's update cheaper, timed side by side: float32 (as it trains),
+    bf16 autocast, and ``torch.compile`` (shapes marked dynamic, so that batches of new lengths
+    do not compile again). One process of one thread, as each of the profile's two processes
+    runs, on the first batches of rank 0; the variants take turns, ``--repeats`` rounds."""
+    import contextlib
+
+    import torch
+
+    from transformer_lib.batching import BatchesByLength, encode_pairs
+    from transformer_lib.data import load_multi30k
+    from transformer_lib.model import Transformer
+    from transformer_lib.tokenizer import PAD_ID, BPETokenizer
+    from transformer_lib.training import make_optimizer, update_step
+
+    torch.set_num_threads(CORES // PROCESSES)
+    profile = leader_profile()
+    tokenizer = BPETokenizer.load(args.work / "tokenizers" / f"{profile.vocab_size}.json")
+    pairs = encode_pairs(tokenizer, load_multi30k("train", SRC, TGT), profile.max_len)
+    batches = BatchesByLength(pairs, profile.training.max_tokens, 0, 0, PROCESSES)(0)
+    config = dataclasses.replace(
+        profile.model, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size
+    )
+    torch.manual_seed(0)
+    model = Transformer(config).train()
+    compiled = torch.compile(model, dynamic=True)
+    optimizer, scheduler = make_optimizer(model, config.d_model, 400, profile.training.lr_scale)
+    variants = {
+        "float32": (model, contextlib.nullcontext),
+        "bf16 autocast": (model, lambda: torch.autocast("cpu", dtype=torch.bfloat16)),
+        "torch.compile": (compiled, contextlib.nullcontext),
+    }
+
+    def run(network, autocast, chosen) -> float:
+        started = time.perf_counter()
+        for batch in chosen:
+            update_step(
+                network, [batch], optimizer, scheduler, profile.training, PAD_ID, autocast()
+            )
+        return (time.perf_counter() - started) / len(chosen)
+
+    warm = batches[: args.updates]  # every variant sees these first (compilation happens here)
+    for name, (network, autocast) in variants.items():
+        seconds = run(network, autocast, warm)
+        append({"kind": "lever_warm-up", "name": name, "s_per_update": round(seconds, 4)})
+    timed = batches[args.updates : 2 * args.updates]
+    for repeat in range(args.repeats):
+        for name, (network, autocast) in variants.items():
+            seconds = run(network, autocast, timed)
+            record = {"kind": "lever", "name": name, "round": repeat}
+            append({**record, "s_per_update": round(seconds, 4)})
+    write_manifest(args)
+
+
 def write_manifest(args: argparse.Namespace) -> None:
     from transformer_lib.provenance import cpu_name, environment, jsonable, write_json
 
@@ -402,11 +462,12 @@ def main() -> None:
         ("calibrate", calibrate),
         ("rung", rung),
         ("window", window),
+        ("levers", levers),
         ("table", table),
     ):
         command = commands.add_parser(name)
         command.add_argument("--only", help="comma-separated candidate names")
-        if name == "calibrate":
+        if name in ("calibrate", "levers"):
             command.add_argument("--repeats", type=int, default=3, help="rounds of timings")
             command.add_argument("--updates", type=int, default=25, help="updates a timing")
         if name == "rung":
