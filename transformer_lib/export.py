@@ -258,7 +258,8 @@ class OnnxDecoder:
     """A decoder state (see the decoding chapter) that runs the two graphs with onnxruntime.
 
     The encoder runs once on ``src`` (N, S); each ``step(tokens (N,))`` runs the decoder step and
-    returns logits (N, V); ``select(rows)`` keeps rows of every array the steps need.
+    returns logits (N, V), keeping the step's ``cross_attention`` (N, layers, h, S);
+    ``select(rows)`` keeps rows of every array the steps need.
     """
 
     def __init__(self, graphs: "OnnxGraphs", src: Tensor):
@@ -274,10 +275,11 @@ class OnnxDecoder:
             "self_keys": empty_keys,  # (N, layers, h, t, d_k), t = 0 before the first step
             "self_values": empty_values,
         }
+        self.cross_attention: np.ndarray | None = None
 
     def step(self, tokens: Tensor) -> Tensor:
         feeds = {"tokens": tokens.cpu().numpy(), **self.arrays}
-        logits, keys, values, _, _ = self.decoder.run(None, feeds)
+        logits, keys, values, _, self.cross_attention = self.decoder.run(None, feeds)
         self.arrays["self_keys"], self.arrays["self_values"] = keys, values
         return torch.from_numpy(logits)  # (N, V)
 
@@ -314,7 +316,7 @@ class OnnxGraphs:
         return OnnxDecoder(self, src)
 
 
-# %% book/export.md:454 (cell 12)
+# %% book/export.md:456 (cell 12)
 from transformer_lib.pretrained import load_pretrained, verify_model_folder
 from transformer_lib.provenance import write_json
 from transformer_lib.tokenizer import BOS_ID, EOS_ID
