@@ -194,7 +194,10 @@ def export_graphs(
             dict(zip(DECODER_INPUTS, step_shapes, strict=True)),
         ),
     }
-    names = {"encoder.onnx": (["src"], ENCODER_OUTPUTS), "decoder.onnx": (DECODER_INPUTS, DECODER_OUTPUTS)}
+    names = {
+        "encoder.onnx": (["src"], ENCODER_OUTPUTS),
+        "decoder.onnx": (DECODER_INPUTS, DECODER_OUTPUTS),
+    }
     for name, (module, example, shapes) in graphs.items():
         inputs, outputs = names[name]
         with _quiet_exporter():
@@ -212,7 +215,7 @@ def export_graphs(
     return [folder / name for name in GRAPHS]
 
 
-# %% book/export.md:329 (cell 8)
+# %% book/export.md:332 (cell 8)
 def _own_weight_for_each_gemm(graph) -> int:
     """Give each Gemm whose weight another operator reads too a copy of its own (the quantizer
     transposes a Gemm's weight in place); returns how many copies it made."""
@@ -253,7 +256,7 @@ def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None
             logger.setLevel(level)
 
 
-# %% book/export.md:380 (cell 10)
+# %% book/export.md:383 (cell 10)
 class OnnxDecoder:
     """A decoder state (see the decoding chapter) that runs the two graphs with onnxruntime.
 
@@ -316,7 +319,7 @@ class OnnxGraphs:
         return OnnxDecoder(self, src)
 
 
-# %% book/export.md:456 (cell 12)
+# %% book/export.md:459 (cell 12)
 from transformer_lib.pretrained import load_pretrained, verify_model_folder
 from transformer_lib.provenance import write_json
 from transformer_lib.tokenizer import BOS_ID, EOS_ID
@@ -422,8 +425,10 @@ def export_page_models(
         )
     index = {
         "served_length": served_length,
-        "models": {name: export_model_folder(models / name, Path(out) / name, served_length)
-                   for name in names},
+        "models": {
+            name: export_model_folder(models / name, Path(out) / name, served_length)
+            for name in names
+        },
     }
     write_json(Path(out) / "translator.json", index)
     return index
