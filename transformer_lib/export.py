@@ -30,7 +30,6 @@ SERVED_LENGTH = 256  # positions the graphs hold: a source of 255 pieces and </s
 FORMS = ("float32", "8bit")  # the weights' forms, a folder each
 GRAPHS = ("encoder.onnx", "decoder.onnx")
 ENCODER_OUTPUTS = ("memory", "cross_keys", "cross_values", "encoder_attention")
-DECODER_INPUTS = ("tokens", "src", "cross_keys", "cross_values", "self_keys", "self_values")
 DECODER_OUTPUTS = (
     "logits",
     "self_keys_out",
@@ -117,7 +116,7 @@ class DecoderStepGraph(nn.Module):
         )
 
 
-# %% book/export.md:211 (cell 6)
+# %% book/export.md:210 (cell 6)
 def serving_copy(model: Transformer, served_length: int = SERVED_LENGTH) -> Transformer:
     """A copy of ``model`` in eval mode whose position table has ``served_length`` rows."""
     config = model.config
@@ -136,9 +135,10 @@ def serving_copy(model: Transformer, served_length: int = SERVED_LENGTH) -> Tran
 
 
 @contextmanager
-def _quiet_exporter():
-    """Silence the exporter's reports on its own internals (see the chapter)."""
-    logger = logging.getLogger("torch.onnx")
+def _quiet(logger_name: str):
+    """Silence a tool's reports on its own internals: its logger's messages below errors, and
+    its warnings (see the chapter)."""
+    logger = logging.getLogger(logger_name)
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
@@ -162,7 +162,7 @@ def export_graphs(
 ) -> list[Path]:
     """Write ``encoder.onnx`` and ``decoder.onnx`` of ``model`` (float32) into ``folder``."""
     served = serving_copy(model, served_length)
-    c, n = served.config, served.config.n_layers
+    c, n, h = served.config, served.config.n_layers, served.config.n_heads
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     b, s, t = 2, 5, 3  # example sizes: at least 2 (see the chapter), all different
@@ -170,43 +170,34 @@ def export_graphs(
     source = torch.export.Dim("source", min=1, max=served_length)
     past = torch.export.Dim("past", min=0, max=served_length - 1)
     src = torch.arange(4, 4 + b * s).remainder(c.src_vocab_size).clamp(min=4).view(b, s)
-    keys = torch.randn(b, n, c.n_heads, s, c.d_k)
-    values = torch.randn(b, n, c.n_heads, s, c.d_v)
-    step_inputs = (
-        torch.ones(b, dtype=torch.long),
-        src,
-        keys,
-        values,
-        torch.randn(b, n, c.n_heads, t, c.d_k),
-        torch.randn(b, n, c.n_heads, t, c.d_v),
-    )
     cross, own = {0: batch, 3: source}, {0: batch, 3: past}
-    step_shapes = [{0: batch}, {0: batch, 1: source}, cross, cross, own, own]
-    graphs = {
+    graphs = {  # name: module, example inputs, their dynamic sizes, output names
         "encoder.onnx": (
             EncoderGraph(serving_copy(model, served_length)),  # a copy of its own: it gets hooks
-            (src,),
-            {"src": {0: batch, 1: source}},
+            {"src": (src, {0: batch, 1: source})},
+            ENCODER_OUTPUTS,
         ),
         "decoder.onnx": (
             DecoderStepGraph(served),
-            step_inputs,
-            dict(zip(DECODER_INPUTS, step_shapes, strict=True)),
+            {
+                "tokens": (torch.ones(b, dtype=torch.long), {0: batch}),
+                "src": (src, {0: batch, 1: source}),
+                "cross_keys": (torch.randn(b, n, h, s, c.d_k), cross),
+                "cross_values": (torch.randn(b, n, h, s, c.d_v), cross),
+                "self_keys": (torch.randn(b, n, h, t, c.d_k), own),
+                "self_values": (torch.randn(b, n, h, t, c.d_v), own),
+            },
+            DECODER_OUTPUTS,
         ),
     }
-    names = {
-        "encoder.onnx": (["src"], ENCODER_OUTPUTS),
-        "decoder.onnx": (DECODER_INPUTS, DECODER_OUTPUTS),
-    }
-    for name, (module, example, shapes) in graphs.items():
-        inputs, outputs = names[name]
-        with _quiet_exporter():
+    for name, (module, inputs, outputs) in graphs.items():
+        with _quiet("torch.onnx"):
             program = torch.onnx.export(
                 module,
-                example,
+                tuple(example for example, _ in inputs.values()),
                 input_names=list(inputs),
                 output_names=list(outputs),
-                dynamic_shapes=shapes,
+                dynamic_shapes={key: sizes for key, (_, sizes) in inputs.items()},
                 optimize=False,  # optimized below, with every constant folded
                 verbose=False,
             )
@@ -215,7 +206,7 @@ def export_graphs(
     return [folder / name for name in GRAPHS]
 
 
-# %% book/export.md:332 (cell 8)
+# %% book/export.md:323 (cell 8)
 def _own_weight_for_each_gemm(graph) -> int:
     """Give each Gemm whose weight another operator reads too a copy of its own (the quantizer
     transposes a Gemm's weight in place); returns how many copies it made."""
@@ -247,16 +238,11 @@ def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None
     with tempfile.TemporaryDirectory() as scratch:
         untied = Path(scratch) / "untied.onnx"
         onnx.save(graph, untied)
-        logger = logging.getLogger()  # the quantizer suggests a pre-processing we do not need
-        level = logger.level
-        logger.setLevel(logging.ERROR)
-        try:
+        with _quiet(""):  # the quantizer suggests, on the root logger, a step we do not need
             quantize_dynamic(untied, target, weight_type=QuantType.QUInt8)
-        finally:
-            logger.setLevel(level)
 
 
-# %% book/export.md:383 (cell 10)
+# %% book/export.md:369 (cell 10)
 class OnnxDecoder:
     """A decoder state (see the decoding chapter) that runs the two graphs with onnxruntime.
 
@@ -319,7 +305,7 @@ class OnnxGraphs:
         return OnnxDecoder(self, src)
 
 
-# %% book/export.md:459 (cell 12)
+# %% book/export.md:445 (cell 12)
 from transformer_lib.pretrained import load_pretrained, verify_model_folder
 from transformer_lib.provenance import write_json
 from transformer_lib.tokenizer import BOS_ID, EOS_ID

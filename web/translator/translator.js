@@ -64,9 +64,10 @@ function describeDownload() {
   const direction = `${LANGUAGES[chosen.src]} → ${LANGUAGES[chosen.tgt]}`;
   if (total === 0) return say("ready", `${direction} (${chosen.form}) is loaded: type a sentence and translate it.`);
   const parts = [runtime && `the runtime ${megabytes(runtime)}`, `the ${chosen.form} model ${megabytes(model + tokenizer)}`];
+  const nothing = loaded.runtime === null && loaded.models.size === 0 ? "Nothing is downloaded yet. " : "";
   say(
     "idle",
-    `Nothing is downloaded yet. ${direction} needs ${megabytes(total)} (${parts.filter(Boolean).join(", ")}); ` +
+    `${nothing}${direction} needs ${megabytes(total)} (${parts.filter(Boolean).join(", ")}); ` +
       "loading starts when you press Load or Translate.",
   );
 }
@@ -211,8 +212,11 @@ function showExamples() {
   );
 }
 
-if (root && index) {
+if (root && index && typeof WebAssembly === "object") {
   $("translator-run").addEventListener("click", translate);
+  $("translator-input").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) translate(); // Ctrl+Enter
+  });
   $("translator-load").addEventListener("click", load);
   $("translator-layer").addEventListener("change", drawAttention);
   $("translator-head").addEventListener("change", drawAttention);
@@ -226,6 +230,7 @@ if (root && index) {
   describeDownload();
 } else if (root) {
   root.dataset.state = "error";
-  $("translator-status").textContent =
-    "This build of the book has no translator models: build it with `make book`, which exports them.";
+  $("translator-status").textContent = index
+    ? "This browser cannot run WebAssembly, which the translator needs: try a current browser."
+    : "This build of the book has no translator models: build it with `make book`, which exports them.";
 }
