@@ -350,6 +350,7 @@ def check_site(
                     base,
                     lambda page, problems: watch(page, site, base, problems),
                     log,
+                    shots,
                 )
                 reports.append(translator)
         finally:

@@ -218,10 +218,13 @@ def compare(shown: dict, expected: dict, what: str, tolerance: float) -> list[st
     return problems
 
 
-def check_translator(browser, site: Path, base: str, watch, log=print) -> TranslatorReport:
+def check_translator(
+    browser, site: Path, base: str, watch, log=print, shots: Path | None = None
+) -> TranslatorReport:
     """Open the translator page of ``site`` (served at ``base``) and check it (module docstring).
     ``watch(page, problems)`` registers the site check's request and console checks on a page
-    and returns the set of refused off-site requests."""
+    and returns the set of refused off-site requests. With ``shots``, a screenshot of the page
+    after its last translation goes there."""
     report = TranslatorReport()
     started = time.perf_counter()
     reference = PythonReference(site / MODELS)
@@ -279,6 +282,8 @@ def check_translator(browser, site: Path, base: str, watch, log=print) -> Transl
             expected = reference.translate(name, *last, layer - 1, head - 1)
             what = f"{name}, layer {layer}, head {head}"
             report.problems += compare(shown, expected, what, WEIGHT_TOLERANCE[last[0]])
+        if shots is not None:
+            page.screenshot(path=str(shots / "book__translator__translated.png"), full_page=True)
     except Exception as err:  # a page that cannot be driven is one more problem
         report.problems.append(f"could not check the translator: {err}")
     finally:
