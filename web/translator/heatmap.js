@@ -40,7 +40,7 @@ function labelWidth(labels) {
 export function drawHeatmap(container, { rows, columns, weight, title }) {
   const left = labelWidth(rows) + 40;
   const bottom = labelWidth(columns) * 0.77 + 40; // labels at 50 degrees
-  const width = left + columns.length * CELL + 20;
+  const width = Math.max(left + columns.length * CELL, left + title.length * LABEL_FONT * 0.62) + 20;
   const height = 30 + rows.length * CELL + bottom;
   const svg = element("svg", {
     width,
