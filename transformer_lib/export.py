@@ -206,7 +206,7 @@ def export_graphs(
     return [folder / name for name in GRAPHS]
 
 
-# %% book/export.md:323 (cell 8)
+# %% book/export.md:324 (cell 8)
 def _own_weight_for_each_gemm(graph) -> int:
     """Give each Gemm whose weight another operator reads too a copy of its own (the quantizer
     transposes a Gemm's weight in place); returns how many copies it made."""
@@ -242,7 +242,7 @@ def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None
             quantize_dynamic(untied, target, weight_type=QuantType.QUInt8)
 
 
-# %% book/export.md:369 (cell 10)
+# %% book/export.md:370 (cell 10)
 class OnnxDecoder:
     """A decoder state (see the decoding chapter) that runs the two graphs with onnxruntime.
 
@@ -305,7 +305,7 @@ class OnnxGraphs:
         return OnnxDecoder(self, src)
 
 
-# %% book/export.md:445 (cell 12)
+# %% book/export.md:446 (cell 12)
 from transformer_lib.pretrained import load_pretrained, verify_model_folder
 from transformer_lib.provenance import write_json
 from transformer_lib.tokenizer import BOS_ID, EOS_ID
