@@ -226,8 +226,17 @@ if (root && index && typeof WebAssembly === "object") {
       describeDownload();
     });
   }
+  // A direction whose model this build does not serve cannot be chosen.
+  const direction = $("translator-direction");
+  for (const option of direction.options) {
+    const [src, tgt] = option.value.split("-");
+    option.disabled = !Object.values(index.models).some((m) => m.src === src && m.tgt === tgt);
+  }
+  const offered = [...direction.options].find((option) => !option.disabled);
+  if (direction.selectedOptions[0]?.disabled && offered) direction.value = offered.value;
   showExamples();
-  describeDownload();
+  if (offered) describeDownload();
+  else say("error", "This build of the book serves no model for either direction.");
 } else if (root) {
   root.dataset.state = "error";
   $("translator-status").textContent = index
