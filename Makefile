@@ -8,16 +8,22 @@ STAMP := $(VENV)/.installed
 # The data set for tests and CI lies beside the repository; a reader's own TRANSFORMER_LIB_DATA wins.
 SHARED_DATA := $(abspath ../shared/data/multi30k)
 export TRANSFORMER_LIB_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA))
+# The folder the translator page's models are read from (results/ unless set): absolute, since the
+# chapters run in book/.
+ifdef TRANSFORMER_LIB_MODELS
+export TRANSFORMER_LIB_MODELS := $(abspath $(TRANSFORMER_LIB_MODELS))
+endif
 # Two workers on the two-core machines we test on; set PYTEST_WORKERS=0 to run in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help install tangle book site-test test check lint format serve lab notebooks bench clean
+.PHONY: help install tangle translator book site-test test check lint format serve lab notebooks bench clean
 
 help:
 	@echo "make book   build the HTML book (every chapter executed) into _build/html"
 	@echo "make test   tangle check, ruff, and pytest (which executes every chapter, for the book too)"
 	@echo "make site-test  open every page of the built book in headless Chromium (after make book)"
 	@echo "make tangle regenerate transformer_lib/ from the book"
+	@echo "make translator  export the translator page's models to ONNX (make book does it)"
 	@echo "make format ruff-format the code, the book's code cells included"
 	@echo "make serve  serve the built book on http://127.0.0.1:8000 (builds it if there is none)"
 	@echo "make lab    open the chapters in JupyterLab (needs 'pip install jupyterlab')"
@@ -33,13 +39,26 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
+# The translator page's JavaScript libraries, pinned by package-lock.json, installed without
+# running any package's install script; again only when the lock file changes.
+NODE_STAMP := node_modules/.installed
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund
+	@touch $@
+
+# The models the translator page offers, exported as ONNX graphs into _build/translator: once per
+# model and version (the export is skipped while the models, the code and the tools are unchanged).
+# TRANSFORMER_LIB_MODELS=DIR reads them from another folder than results/.
+translator: tangle $(NODE_STAMP)
+	$(BIN)/python tools/export_translator.py --out _build/translator
+
 tangle: $(STAMP)
 	$(BIN)/python tools/tangle.py
 
 # A chapter whose code and inputs are unchanged since its last execution (by the tests or an
 # earlier build) is not executed again: tools/book_cache.py empties the cache when the library or
 # the results change.
-book: tangle
+book: tangle translator
 	$(BIN)/python tools/book_cache.py --refresh
 	$(BIN)/jupyter-book build --all .
 	@echo "The book is in _build/html/index.html"
@@ -56,7 +75,7 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 
 # pytest exits 5 when it collects no test; that must fail the run, never pass as green.
-test: check
+test: check $(NODE_STAMP)
 	$(BIN)/python tools/book_cache.py --refresh
 	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; exit 1; fi; exit $$rc

@@ -1,6 +1,6 @@
 """Sphinx extension for the book's website: pages that work offline, and notebooks that run anywhere.
 
-Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does five things:
+Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does six things:
 
 * **Vega offline.** Altair's HTML output loads vega, vega-lite and vega-embed from a CDN unless
   the page already has them: it skips a library when the global ``VEGA_DEBUG`` says that version
@@ -18,6 +18,14 @@ Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does five thing
   branch carries a ``binder/`` environment, so Binder starts with the library installed.
 * **The right repository.** ``BOOK_REPOSITORY=<owner>/<name>`` in the environment (the publishing
   workflow sets it) points the repository, issue and launch buttons at that repository.
+* **The translator page.** ``book/translator.md`` translates in the reader's browser. Its own ES
+  modules (``web/translator/``), the JavaScript libraries it runs, installed by
+  ``npm ci --ignore-scripts`` from the committed lock file (onnxruntime-web's WebAssembly build and
+  Hugging Face's tokenizer, copied from ``node_modules/``, never bundled), and the models' graphs
+  that ``make book`` exports (``_build/translator/``, see the chapter *Out of PyTorch*) are
+  copied into ``_static/translator/``. The page that holds the translator gets its module and
+  stylesheet, and the index of the models (what each file weighs) written into the page, so that
+  the page can say how much it will download before it downloads anything.
 * **Clean consoles.** sphinx-thebe can register its configuration script twice, which throws
   "Identifier 'THEBE_JS_URL' has already been declared" on every page; we drop exact duplicates.
 """
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -87,6 +96,99 @@ def write_vega_bundle(app: Sphinx) -> None:
     app.config.html_static_path.append(str(static))
 
 
+# ---------------------------------------------------------------------------------------------
+# The translator page: its modules, the vendored libraries and the exported models
+# ---------------------------------------------------------------------------------------------
+TRANSLATOR_DIR = "translator"  # under _static/
+TRANSLATOR_SOURCE = "web/translator"  # the page's own modules, relative to the book's root
+TRANSLATOR_INDEX = '<script type="application/json" id="translator-index"></script>'
+# What the page runs, as _static/translator/vendor/<name> <- node_modules/<path>.
+RUNTIME_FILES = {
+    "ort.wasm.min.mjs": "onnxruntime-web/dist/ort.wasm.min.mjs",
+    "ort-wasm-simd-threaded.mjs": "onnxruntime-web/dist/ort-wasm-simd-threaded.mjs",
+    "ort-wasm-simd-threaded.wasm": "onnxruntime-web/dist/ort-wasm-simd-threaded.wasm",
+    "tokenizers.min.mjs": "@huggingface/tokenizers/dist/tokenizers.min.mjs",
+}
+VENDOR_NOTICES = {"tokenizers.LICENSE": "@huggingface/tokenizers/LICENSE"}  # served beside it
+
+
+def _synchronise(files: dict[Path, Path], folder: Path) -> None:
+    """Make ``folder`` hold exactly ``files`` (target -> source), copying only what changed."""
+    for target, source in files.items():
+        same = target.is_file() and target.stat().st_size == source.stat().st_size
+        if not (same and target.stat().st_mtime == source.stat().st_mtime):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    for stale in [p for p in folder.rglob("*") if p.is_file() and p not in files]:
+        stale.unlink()
+
+
+def translator_files(root: Path, node_modules: Path, models: Path, folder: Path) -> dict:
+    """Every file the translator page serves (target under ``folder`` -> source), and the
+    problems that leave it without some (one sentence each, saying what to run)."""
+    files, problems = {}, []
+    for source in sorted((root / TRANSLATOR_SOURCE).glob("*")):
+        files[folder / source.name] = source
+    vendored = {**RUNTIME_FILES, **VENDOR_NOTICES}
+    missing = [path for path in vendored.values() if not (node_modules / path).is_file()]
+    if missing:
+        problems.append(
+            f"{node_modules} lacks {', '.join(missing)}: run `npm ci --ignore-scripts` "
+            "(make book does) to install the translator's libraries"
+        )
+    else:
+        files.update(
+            {folder / "vendor" / name: node_modules / path for name, path in vendored.items()}
+        )
+    if (models / "translator.json").is_file():
+        for source in sorted(models.rglob("*")):
+            if source.is_file() and not source.name.startswith("."):
+                files[folder / "models" / source.relative_to(models)] = source
+    else:
+        problems.append(
+            f"{models} holds no exported models: run `make book`, which exports them "
+            "(the chapter Out of PyTorch)"
+        )
+    return {"files": files, "problems": problems}
+
+
+def write_translator_files(app: Sphinx) -> None:
+    """Copy the translator page's files into a static folder of the build (see the docstring)."""
+    app.book_site_translator_index = None
+    root = Path(app.confdir)
+    if app.builder.format != "html" or not (root / TRANSLATOR_SOURCE).is_dir():
+        return
+    node_modules = root / app.config.book_site_node_modules
+    models = root / app.config.book_site_translator_models
+    static = Path(app.doctreedir).parent / "book_site_static"
+    found = translator_files(root, node_modules, models, static / TRANSLATOR_DIR)
+    for problem in found["problems"]:
+        LOGGER.warning(f"[book_site] the translator page will not work: {problem}")
+    _synchronise(found["files"], static / TRANSLATOR_DIR)
+    if str(static) not in app.config.html_static_path:
+        app.config.html_static_path.append(str(static))
+    if not found["problems"]:
+        index = json.loads((models / "translator.json").read_text(encoding="utf-8"))
+        index["runtime_bytes"] = sum(
+            (node_modules / p).stat().st_size for p in RUNTIME_FILES.values()
+        )
+        app.book_site_translator_index = json.dumps(index, ensure_ascii=False)
+
+
+def add_translator(app: Sphinx, context: dict) -> None:
+    """On the page that holds the translator: its module, its styles and the models' index."""
+    body = context.get("body") or ""
+    if TRANSLATOR_INDEX not in body:
+        return
+    app.add_js_file(f"{TRANSLATOR_DIR}/translator.js", type="module")
+    app.add_css_file(f"{TRANSLATOR_DIR}/translator.css")
+    index = getattr(app, "book_site_translator_index", None)
+    if index is not None:  # "</" could close the script element early
+        escaped = index.replace("</", "<\\/")
+        filled = TRANSLATOR_INDEX.replace("><", f">{escaped}<")
+        context["body"] = body.replace(TRANSLATOR_INDEX, filled)
+
+
 def page_has_vega(context: dict) -> bool:
     body = context.get("body") or ""
     return "vegaEmbed" in body or "vega-embed" in body
@@ -124,6 +226,7 @@ def on_page(app: Sphinx, pagename: str, templatename: str, context: dict, doctre
             seen.add(key)
         unique.append(script)
     scripts[:] = unique
+    add_translator(app, context)
     retarget_launch_buttons(app, pagename, context)
 
 
@@ -229,7 +332,11 @@ def setup(app: Sphinx) -> dict:
     # The branch the Pages workflow publishes the built site to; "" turns the retargeting off.
     app.add_config_value("book_site_notebooks_branch", "gh-pages", "html")
     app.connect("config-inited", use_repository_from_environment)
+    # Where the translator page's libraries and exported models are, relative to the book's root.
+    app.add_config_value("book_site_node_modules", "node_modules", "html")
+    app.add_config_value("book_site_translator_models", "_build/translator", "html")
     app.connect("builder-inited", write_vega_bundle)
+    app.connect("builder-inited", write_translator_files)
     app.connect("html-page-context", on_page, priority=900)  # after the theme's buttons (501)
     app.connect("build-finished", on_build_finished)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

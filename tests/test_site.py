@@ -1,4 +1,5 @@
-"""The website: pages that work offline, checked in a real browser, and notebooks that set up.
+"""The website: pages that work offline, checked in a real browser, notebooks that set up, and
+the translator page's own code against the library it mirrors.
 
 The browser check of the whole book runs in CI as `make site-test`, after `make book` (pytest runs
 before any book exists). Here the same check runs on a small book built with our configuration,
@@ -12,8 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import site_check
+import torch
+import translator_check
 import yaml
 from helpers import require_multi30k, write_chapter, write_toc
 from IPython.core.inputtransformer2 import TransformerManager
@@ -196,3 +200,172 @@ def test_set_up_cell_fetches_multi30k_into_the_cache_when_no_copy_is_at_hand(tmp
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == str(cache)
+
+
+# --- the translator page's own code ----------------------------------------------------------
+NODE = shutil.which("node")
+needs_node = pytest.mark.skipif(
+    NODE is None, reason="Node.js not found: the translator page's code is tested with node"
+)
+
+
+def run_node(script: str, *arguments) -> object:
+    done = subprocess.run(
+        [NODE, str(ROOT / "tests/js" / script), *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+class TableState:
+    """A decoder state whose logits are a row of a random table picked by a hash of the prefix:
+    the same in tests/js/search_cases.mjs, so both languages search the same distributions."""
+
+    def __init__(self, table: torch.Tensor, start: int):
+        self.table, self.hashes = table, [start]
+
+    def step(self, tokens):
+        rows = len(self.table)
+        self.hashes = [
+            (h * 31 + t + 1) % rows for h, t in zip(self.hashes, tokens.tolist(), strict=True)
+        ]
+        return self.table[self.hashes]
+
+    def select(self, rows):
+        self.hashes = [self.hashes[row] for row in rows.tolist()]
+
+
+@needs_node
+def test_the_pages_searches_are_the_decoding_chapters(tmp_path):
+    """greedy and beamSearch of web/translator/search.js against greedy_search and beam_search on
+    the same distributions: the same tokens, log-probabilities and scores."""
+    from transformer_lib.decoding import beam_search, greedy_search, length_penalty
+
+    generator = np.random.default_rng(0)
+    table = torch.from_numpy((generator.standard_normal((997, 6)) * 3).astype(np.float32))
+    cases = [
+        {"start": start, "bos": 0, "eos": 1, "maxLength": limit, "beam": beam, "alpha": alpha}
+        for start in range(12)
+        for limit in (1, 4, 9)
+        for beam, alpha in ((0, 0.0), (1, 0.6), (2, 0.0), (4, 0.6), (5, 2.0))
+    ]
+    (tmp_path / "cases.json").write_text(
+        json.dumps({"table": table.tolist(), "vocab": 6, "rows": 997, "cases": cases})
+    )
+    page = run_node("search_cases.mjs", tmp_path / "cases.json")
+    assert page["penalty"] == length_penalty(7, 0.6)
+    lengths = set()
+    for case, found in zip(cases, page["found"], strict=True):
+        state, limit = TableState(table, case["start"]), torch.tensor([case["maxLength"]])
+        if case["beam"] == 0:
+            tokens = greedy_search(state, 0, 1, limit)[0]
+            assert found == {"tokens": tokens, "ended": len(tokens) < case["maxLength"]}, case
+        else:
+            best = beam_search(state, 0, 1, limit, case["beam"], case["alpha"])[0]
+            assert found["tokens"] == best.tokens, case
+            assert found["logProb"] == pytest.approx(best.log_prob, rel=1e-6, abs=1e-6)
+            assert found["score"] == pytest.approx(best.score, rel=1e-6, abs=1e-6)
+        lengths.add(len(found["tokens"]))
+    assert len(lengths) > 3  # outputs that end early and outputs cut at the limit
+
+
+@needs_node
+def test_the_pages_tokenizer_is_the_books(tmp_path, root):
+    """web/translator/tokenizer.js over the vendored library encodes, decodes and labels pieces
+    exactly as BPETokenizer and the recorded runs' labels do, odd text included."""
+    from transformer_lib.report import token_labels
+    from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
+
+    library = root / "node_modules/@huggingface/tokenizers/dist/tokenizers.min.mjs"
+    assert library.is_file(), "node_modules is not installed: run make test (it runs npm ci)"
+    corpus = ["Zwei Hunde spielen im Schnee.", "Two dogs are playing in the snow.", "Ein Mädchen"]
+    tokenizer = BPETokenizer.train(corpus * 5, 400)
+    tokenizer.save(tmp_path / "tokenizer.json")
+    sentences = [
+        *corpus,
+        "Süße Äpfel, größer als Fuß!",
+        "Ein Hund 🐕 läuft <s> </s> im  Schnee.",
+        "",
+        "  two spaces first",
+        "tab\tand\u00a0no-break space",
+        "日本語のテキスト",
+        "Hund",
+    ]
+    (tmp_path / "sentences.json").write_text(json.dumps(sentences))
+    page = run_node("tokenize.mjs", tmp_path / "tokenizer.json", tmp_path / "sentences.json")
+    for text, shown in zip(sentences, page, strict=True):
+        ids = tokenizer.encode(text)
+        assert shown["ids"] == ids, text
+        assert shown["text"] == tokenizer.decode([*ids, EOS_ID, 9]), text
+        assert shown["labels"] == token_labels(tokenizer, [BOS_ID, *ids, EOS_ID]), text
+
+
+def test_the_translator_check_covers_what_the_page_must_handle():
+    for sentences in translator_check.SENTENCES.values():
+        assert len(sentences["one word"].split()) == 1
+        assert len(sentences["60 words"].split()) == 60
+        assert len(sentences["15 words"].split()) == 15
+        assert set("äöüß") & set(sentences["umlauts and ß"]) and "ß" in sentences["umlauts and ß"]
+        assert any(ord(character) > 0xFFFF for character in sentences["an emoji"])
+        assert len(sentences) >= 5
+
+
+def test_the_translator_check_fails_on_a_translation_unlike_pythons():
+    expected = {
+        "source": [5, 6, 2],
+        "output": [7, 8],
+        "ended": True,
+        "text": "a b",
+        "rows": ["a", "b", "</s>"],
+        "columns": ["x", "y", "</s>"],
+        "attention": [[0.2, 0.3, 0.5], [0.1, 0.1, 0.8], [0.0, 0.5, 0.5]],
+    }
+    cells = [[r, c, w] for r, row in enumerate(expected["attention"]) for c, w in enumerate(row)]
+    shown = {
+        "data": {"state": "done", "sourceIds": "5 6 2", "targetIds": "7 8"},
+        "status": "Translated",
+        "output": "a b",
+        "rows": 3,
+        "columns": 3,
+        "rowLabels": ["a", "b", "</s>"],
+        "columnLabels": ["x", "y", "</s>"],
+        "weights": cells,
+    }
+    assert translator_check.compare(shown, expected, "same", 0.0005) == []
+    wrong = {**shown, "data": {**shown["data"], "targetIds": "7 9"}, "output": "a c"}
+    problems = " ".join(translator_check.compare(wrong, expected, "wrong", 0.0005))
+    assert "output pieces differ" in problems and "text differ" in problems
+    shifted = {**shown, "weights": [[r, c, 0.4 if c == 0 else w] for r, c, w in cells]}
+    problems = " ".join(translator_check.compare(shifted, expected, "shifted", 0.0005))
+    assert "sums to" in problems and "weights differ" in problems
+    failed = {**shown, "data": {"state": "error"}, "status": "Type a sentence first."}
+    assert "did not translate" in translator_check.compare(failed, expected, "x", 0.0005)[0]
+
+
+def test_the_translator_files_and_their_absence_are_reported(tmp_path, root):
+    (tmp_path / "models").mkdir()
+    found = book_site.translator_files(root, tmp_path / "nothing", tmp_path / "models", tmp_path)
+    problems = " ".join(found["problems"])
+    assert "npm ci --ignore-scripts" in problems and "make book" in problems
+    assert set(found["files"]) == {tmp_path / p.name for p in (root / "web/translator").glob("*")}
+
+
+def test_the_models_index_cannot_close_its_script_element():
+    class App:
+        book_site_translator_index = json.dumps({"note": "</script><b>"})
+
+        def add_js_file(self, *args, **kwargs):
+            self.js = args
+
+        def add_css_file(self, *args, **kwargs):
+            self.css = args
+
+    app, context = App(), {"body": f"<p>before</p>{book_site.TRANSLATOR_INDEX}"}
+    book_site.add_translator(app, context)
+    assert "</script><b>" not in context["body"] and "<\\/script><b>" in context["body"]
+    assert app.js == ("translator/translator.js",) and app.css == ("translator/translator.css",)
+    filled = context["body"].split('id="translator-index">')[1].split("</script>")[0]
+    assert json.loads(filled) == {"note": "</script><b>"}

@@ -26,8 +26,8 @@ LAYERS = [
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
     # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
     ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],
-    # BLEU and averaging; FLOPs (of both kinds of model); the shipped models' files
-    ["evaluation", "performance", "pretrained"],
+    ["pretrained"],  # the shipped models' folders: safetensors, config, tokenizer, checksums
+    ["evaluation", "export", "performance"],  # BLEU, averaging; ONNX graphs; FLOPs
     ["lengths", "recipe", "variations"],  # sentence lengths; a training recipe; Table 3's variants
     ["report", "sweep", "verdicts"],  # what a finished run or a sweep writes, and how it reads
     ["cli"],  # the command line only wires the others

@@ -14,6 +14,9 @@ fail an offline reader. For each page the check fails on:
   on its page);
 * a search box that finds nothing (``search.html`` is asked for a word the book contains).
 
+When the site has the translator page, it also loads the translator's models, translates in both
+directions and compares every translation with Python's (``tools/translator_check.py``).
+
 It saves a full-page screenshot of each page under the screenshot folder, and it fails when it
 finds no page at all. Chromium is the system's (Debian's ``chromium`` package), driven through
 Playwright; no browser is downloaded.
@@ -40,6 +43,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
+
+import translator_check
 
 SKIPPED_FOLDERS = {"_static", "_sources", "_images", "_downloads", "binder"}
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -202,14 +207,10 @@ def search_problem(page, base: str, term: str) -> str | None:
     return None
 
 
-def check_page(
-    browser, site: Path, base: str, path: Path, shots: Path | None, search_term: str | None = None
-) -> PageReport:
-    relative = path.relative_to(site).as_posix()
-    report = PageReport(relative)
-    started = time.perf_counter()
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
+def watch(page, site: Path, base: str, problems: list[str]) -> set[str]:
+    """Record on ``page`` what the check fails on: console errors, uncaught exceptions, failed
+    requests and HTTP errors are appended to ``problems``; a request to another host is refused
+    and put in the set returned (reported once each by the caller)."""
     refused: set[str] = set()
 
     def route(route_):
@@ -225,21 +226,33 @@ def check_page(
 
     def on_console(message):
         if message.type == "error":
-            report.problems.append(f"console error: {message.text}")
+            problems.append(f"console error: {message.text}")
 
     def on_request_failed(request):
-        if request.url not in refused:  # refused ones are reported once, below
-            report.problems.append(f"request failed: {request.url} ({request.failure})")
+        if request.url not in refused:  # refused ones are reported once, by the caller
+            problems.append(f"request failed: {request.url} ({request.failure})")
 
     def on_response(response):
         if response.status >= 400:
-            report.problems.append(f"HTTP {response.status} for {response.url}")
+            problems.append(f"HTTP {response.status} for {response.url}")
 
     page.route("**/*", route)
     page.on("console", on_console)
-    page.on("pageerror", lambda error: report.problems.append(f"uncaught exception: {error}"))
+    page.on("pageerror", lambda error: problems.append(f"uncaught exception: {error}"))
     page.on("requestfailed", on_request_failed)
     page.on("response", on_response)
+    return refused
+
+
+def check_page(
+    browser, site: Path, base: str, path: Path, shots: Path | None, search_term: str | None = None
+) -> PageReport:
+    relative = path.relative_to(site).as_posix()
+    report = PageReport(relative)
+    started = time.perf_counter()
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    refused = watch(page, site, base, report.problems)
     redirect = REDIRECT_RE.search(path.read_text(encoding="utf-8", errors="replace"))
     if redirect:  # a page that only forwards the reader (index.html): its target is checked
         report.links = 1
@@ -330,6 +343,16 @@ def check_site(
                 for problem in report.problems:
                     log(f"     {problem}")
                 reports.append(report)
+            if (site / translator_check.TRANSLATOR_PAGE).is_file():
+                translator = translator_check.check_translator(
+                    browser,
+                    site,
+                    base,
+                    lambda page, problems: watch(page, site, base, problems),
+                    log,
+                    shots,
+                )
+                reports.append(translator)
         finally:
             browser.close()
     return reports
