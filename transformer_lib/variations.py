@@ -31,6 +31,7 @@ class Variant:
     model: TransformerConfig | RecurrentConfig
     training: TrainingConfig
     train_max_len: int | None = None  # train only on pairs with both sides this short (BPE tokens)
+    replica_of: str | None = None  # the variant this one trains again with another seed
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class SweepProfile:
     heads: tuple[int, ...] = (1, 4, 8, 16, 32)  # row A, at constant computation
     layers: tuple[int, ...] = (2, 4, 8)  # row C
     seeds: tuple[int, ...] = (1, 2)  # the base again with these seeds: run-to-run noise
+    replicated: tuple[str, ...] = ()  # variants also trained with each of `seeds`: their spread
+    depth_probe: int | None = None  # a depth trained again pre-LN and with a longer warm-up
     recurrent_layers: int = 2  # the LSTM baseline's depth; its width matches the base's size
     short_len: int = 12  # the E-short rows train on pairs this short; BLEU is split there too
     checkpoints: int = 1  # per variant: more lets a cut-off variant resume from the latest
@@ -56,7 +59,7 @@ class SweepProfile:
     minutes: float = 25.0  # the wall time of the whole sweep it is sized for, on that device
 
 
-# %% book/variations.md:388 (cell 16)
+# %% book/variations.md:391 (cell 16)
 def build_model(config: TransformerConfig | RecurrentConfig) -> torch.nn.Module:
     """The Transformer or the LSTM baseline that ``config`` describes."""
     if isinstance(config, RecurrentConfig):
@@ -111,7 +114,7 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
     return [v for v in variants if v.name in wanted or v.row in wanted]
 
 
-# %% book/variations.md:451 (cell 18)
+# %% book/variations.md:454 (cell 18)
 def sweep_variants(
     profile: SweepProfile, vocab_size: int, max_steps: int | None = None
 ) -> list[Variant]:
@@ -137,14 +140,16 @@ def sweep_variants(
     def add(name, row, label, model=None, train=training, train_max_len=None, **changes):
         model = dataclasses.replace(base, **changes) if model is None else model
         variants.append(Variant(name, row, label, model, train, train_max_len))
+        return variants[-1]
 
     for seed in profile.seeds:
-        add(
+        rerun = add(
             f"base-seed{seed}",
             "noise",
             f"base, seed {seed}",
             train=dataclasses.replace(training, seed=seed),
         )
+        variants[-1] = dataclasses.replace(rerun, replica_of="base")
     for h in profile.heads:
         if h != base.n_heads and base.d_model % h == 0:
             add(f"A-h{h}", "A", f"h={h}, d_k=d_v={base.d_model // h}", n_heads=h)
@@ -189,10 +194,36 @@ def sweep_variants(
         f"LSTM with attention, {lstm.n_layers}+{lstm.n_layers} layers, d={lstm.d_model}",
         model=lstm,
     )
-    return variants
+    if profile.depth_probe is not None:  # optimisation or depth: the same depth trained otherwise
+        n, warmup = profile.depth_probe, 2 * training.warmup_steps
+        longer = dataclasses.replace(training, warmup_steps=warmup)
+        add(f"C-N{n}-warmup{warmup}", "depth", f"N={n}, warm-up {warmup}", train=longer, n_layers=n)
+        add(f"C-N{n}-preLN", "depth", f"N={n}, pre-LN", n_layers=n, norm_first=True)
+        add("base-preLN", "depth", "pre-LN", norm_first=True)
+    return variants + replicas(variants, profile)
 
 
-# %% book/variations.md:546 (cell 20)
+def replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Variant]:
+    """The variants named in ``profile.replicated`` again with each of ``profile.seeds``: a
+    variant's own spread over seeds, as the base's reruns give the base's."""
+    by_name = {v.name: v for v in variants}
+    unknown = [name for name in profile.replicated if name not in by_name]
+    if unknown:
+        raise SweepError(f"the profile replicates unknown variants {', '.join(unknown)}")
+    return [
+        dataclasses.replace(
+            by_name[name],
+            name=f"{name}-seed{seed}",
+            label=f"{by_name[name].label}, seed {seed}",
+            training=dataclasses.replace(by_name[name].training, seed=seed),
+            replica_of=name,
+        )
+        for seed in profile.seeds
+        for name in profile.replicated
+    ]
+
+
+# %% book/variations.md:577 (cell 20)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
@@ -219,6 +250,13 @@ SWEEP_PROFILES = {
         vocab_size=2000,
         heads=(1, 2, 8, 16),  # d_k from 128 down to 8
         layers=(1, 4),
+        # The variants that answer the chapter's questions, each with three seeds as the base.
+        replicated=(
+            *("A-h1", "A-h16", "B-dk8", "B-dk16", "C-N4", "E-learned", "E-none"),
+            *("E-short-sin", "E-short-learned", "E-short-none", "FFN-none", "FFN-dff128"),
+            "RNN-lstm",
+        ),
+        depth_probe=4,
         short_len=16,
         checkpoints=4,
         validations=4,
