@@ -255,7 +255,7 @@ SWEEP_PROFILES = {
         device="cpu",
         minutes=10.0,
     ),
-    # Two CPU cores for about 150 minutes, some 5 per variant (see "Sizing the sweeps"): the
+    # Two CPU cores for about 300 minutes, in parts, some 5 per line (see "Sizing the sweeps"): the
     # translation recipe's `ci` model (a quarter of the paper's width, two layers), trained
     # for 900 updates of up to 3,000 tokens a side, a little over twice the recipe's 400.
     "cpu": SweepProfile(
@@ -278,7 +278,7 @@ SWEEP_PROFILES = {
         validations=4,
         translate_batch=100,
         device="cpu",
-        minutes=150.0,
+        minutes=300.0,
     ),
     # One H100 for about 25 minutes (see "Sizing the sweeps"): the paper's widths, half its
     # depth, 2,000 updates of up to 8,192 tokens a side (about 35 epochs of Multi30k).
