@@ -160,6 +160,7 @@ def made_up(delta, p, runs=3, base_runs=3, band=0.26, half=0.3) -> Comparison:
         ),
         (made_up(-0.1, 0.9), 0.0, PERPLEXITY, "noise", "inside the noise (the paper: +0.00)"),
         (made_up(-17.4, 0.001), -0.3, BLEU, "agrees", "-17.4 BLEU"),
+        (made_up(-1.0, 0.001), -0.3, BLEU, "agrees", "the paper's way (the paper: -0.3)"),
         (made_up(+2.5, 0.01), -1.2, BLEU, "opposes", "better beyond the noise, the opposite"),
         (made_up(+7.6, math.nan, runs=1), -0.04, PERPLEXITY, "one run", "outside the base's ±0.26"),
         (made_up(+0.1, math.nan, runs=1), None, PERPLEXITY, "one run", "inside the base's ±0.26"),
@@ -171,6 +172,14 @@ def test_verdicts_on_made_up_comparisons(comparison, paper, measure, kind, words
     assert said.kind == kind and words in said.text
     if paper is None:
         assert "paper" not in said.text
+
+
+def test_a_difference_many_times_the_papers_agrees_in_direction_only():
+    collapse = made_up(-17.4, 0.001)
+    assert verdict(collapse, -0.3, BLEU, times=58.0).kind == "outsized"
+    assert "58 times its size" in verdict(collapse, -0.3, BLEU, times=58.0).text
+    assert verdict(collapse, -0.3, BLEU, times=4.9).kind == "agrees"
+    assert verdict(collapse, +0.3, BLEU, times=-58.0).kind == "opposes"  # no size for opposites
 
 
 def test_inside_the_noise_is_never_agreement_even_where_the_paper_saw_none():
@@ -245,6 +254,17 @@ def test_a_folder_names_its_profile_and_each_variant_its_paper_row():
         assert set(rows.values()) <= set(PAPER)
     assert sweep.judge("FFN-none", PERPLEXITY).kind == "beyond"  # no paper row
     assert sweep.judge("C-N4", PERPLEXITY).kind == "one run"
+    # Three collapsed seeds of N = 4 against the paper's N = 8 (BLEU -0.3 from 25.8): relative
+    # to each base, ours is far larger, so the direction alone agrees.
+    collapsed = [
+        line("C-N4", "C", 15.96, 8.1),
+        line("C-N4-seed1", "C", 15.7, 8.9, seed=1, replica_of="C-N4"),
+        line("C-N4-seed2", "C", 16.2, 7.6, seed=2, replica_of="C-N4"),
+    ]
+    deep = Sweep((*LINES[:3], *collapsed), MANIFEST)
+    ours = deep.compare("C-N4", BLEU).delta / deep.sample("base", BLEU).mean
+    assert ours / (-0.3 / 25.8) > 5 and deep.judge("C-N4", BLEU).kind == "outsized"
+    assert deep.judge("C-N4", PERPLEXITY).kind == "opposes"  # the paper's N = 8 is better
 
 
 def test_the_words_and_the_table_say_what_the_comparisons_say():

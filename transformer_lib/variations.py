@@ -266,7 +266,7 @@ SWEEP_PROFILES = {
         vocab_size=2000,
         heads=(1, 2, 8, 16),  # d_k from 128 down to 8
         layers=(1, 4),
-        # The variants that answer the chapter's questions, each with three seeds as the base.
+        # The variants that answer the model variations chapter's questions: three seeds each.
         replicated=(
             *("A-h1", "A-h16", "B-dk8", "B-dk16", "C-N4", "E-learned", "E-none"),
             *("E-short-sin", "E-short-learned", "E-short-none", "FFN-none", "FFN-dff128"),
