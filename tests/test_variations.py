@@ -871,6 +871,7 @@ def test_the_timing_script_refuses_bad_options_with_status_2(tmp_path, capsys):
         (["--lengths", "0"], "--lengths 0"),
         (["--lengths", "100000"], "--lengths 100000"),
         (["--data-dir", str(tmp_path / "nowhere")], "not a folder"),
+        (["--device", "tpu"], "choose cpu or cuda"),
     ]:
         assert table3_speed.main([*common, *bad]) == 2
         assert words in capsys.readouterr().err

@@ -37,9 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python tools/table3_speed.py", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--profile", choices=["cpu", "ci", "full"], default="cpu")
-    parser.add_argument("--variants", nargs="+", default=["base", "RNN-lstm"], metavar="NAME")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[8, 16, 32, 64, 128])
+    parser.add_argument(
+        "--profile", choices=["cpu", "ci", "full"], default="cpu", help="sweep (default: cpu)"
+    )
+    parser.add_argument(
+        "--variants", nargs="+", default=["base", "RNN-lstm"], metavar="NAME", help="the models"
+    )
+    parser.add_argument(
+        "--lengths", nargs="+", type=int, default=[8, 16, 32, 64, 128], help="tokens a side"
+    )
     parser.add_argument("--rounds", type=int, default=10, help="timed rounds (after one untimed)")
     parser.add_argument("--batches", type=int, default=20, help="the sweep's batches per round")
     parser.add_argument(
@@ -67,6 +73,8 @@ def check(args, profile) -> None:
             )
     if args.data_dir is not None and not args.data_dir.is_dir():
         raise ValueError(f"--data-dir {args.data_dir} is not a folder")
+    if args.device not in ("cpu", "cuda"):
+        raise ValueError(f"--device {args.device!r}: choose cpu or cuda")
 
 
 class Candidate:
@@ -191,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         check(args, profile)
         import torch
 
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: this machine has no CUDA device (use --device cpu)")
         if args.threads is not None:
             torch.set_num_threads(args.threads)
         started = time.perf_counter()
