@@ -130,7 +130,7 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
     return [v for v in variants if v.name in wanted or v.row in wanted]
 
 
-# %% book/sweep.md:392 (cell 16)
+# %% book/sweep.md:393 (cell 16)
 def sweep_variants(
     profile: SweepProfile, vocab_size: int, max_steps: int | None = None
 ) -> list[Variant]:
@@ -239,7 +239,7 @@ def replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Variant
     ]
 
 
-# %% book/sweep.md:517 (cell 18)
+# %% book/sweep.md:518 (cell 18)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
