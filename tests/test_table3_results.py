@@ -71,6 +71,31 @@ def sweep_problems(folder: Path) -> list[str]:
                 )
         if record["config"]["evaluation"]["split"] != "val":
             problems.append(f"{name}: not scored on the validation split")
+    problems += replica_problems(records)
+    return problems
+
+
+def replica_problems(records: list[dict]) -> list[str]:
+    """Where a line that repeats a variant with another seed differs from it in anything else,
+    or repeats a variant the folder does not hold, or a seed the variant already has."""
+    by_name = {r["name"]: r for r in records}
+    problems, seeds = [], {}
+    for record in records:
+        variant = record.get("replica_of") or record["name"]
+        seed = record["config"]["training"]["seed"]
+        if seed in seeds.setdefault(variant, set()):
+            problems.append(f"{record['name']}: a second run of {variant} with seed {seed}")
+        seeds[variant].add(seed)
+        if record.get("replica_of") is None:
+            continue
+        if variant not in by_name:
+            problems.append(f"{record['name']}: repeats {variant}, which has no line")
+            continue
+        ours, theirs = (json.loads(json.dumps(r["config"])) for r in (record, by_name[variant]))
+        for config in (ours, theirs):
+            config["training"].pop("seed")
+        if ours != theirs:
+            problems.append(f"{record['name']}: differs from {variant} in more than its seed")
     return problems
 
 
@@ -101,7 +126,8 @@ def test_the_checker_catches_a_changed_hypothesis(tmp_path):
             )
             by_length[group] = {"bleu": score.score, "sentences": 3}
         record = {"name": name, "row": "base" if name == "base" else "A", "parameters": 1}
-        record |= {"valid_ppl": 1.0, "config": {"evaluation": {"split": "val"}}}
+        record |= {"valid_ppl": 1.0, "config": {"evaluation": {"split": "val"}, "training": {}}}
+        record["config"]["training"]["seed"] = 0 if name == "base" else 1
         record |= {"bleu": bleu.corpus_score(hyps, [references]).score, "bleu_by_length": by_length}
         record["bleu_signature"] = str(bleu.get_signature())
         lines.append(json.dumps(record))
@@ -114,3 +140,20 @@ def test_the_checker_catches_a_changed_hypothesis(tmp_path):
     (tmp_path / HYPOTHESES_FOLDER / "base.txt").write_text("".join(h + "\n" for h in changed))
     problems = sweep_problems(tmp_path)
     assert problems and all(p.startswith("base") for p in problems)
+
+
+def test_the_checker_catches_a_replica_that_is_not_one():
+    """A rerun must be its variant with another seed: another model, another variant's name or
+    a seed used twice is reported."""
+
+    def run(name, seed, replica_of=None, d_model=128):
+        config = {"model": {"d_model": d_model}, "training": {"seed": seed, "max_steps": 900}}
+        return {"name": name, "replica_of": replica_of, "config": config}
+
+    good = [run("A-h1", 0), run("A-h1-seed1", 1, "A-h1"), run("A-h1-seed2", 2, "A-h1")]
+    assert replica_problems(good) == []
+    assert (
+        "more than its seed" in replica_problems([*good[:2], run("A-h1-seed2", 2, "A-h1", 64)])[0]
+    )
+    assert "has no line" in replica_problems([run("B-seed1", 1, "B")])[0]
+    assert "seed 1" in replica_problems([*good, run("A-h1-again", 1, "A-h1")])[0]

@@ -3,7 +3,9 @@ attention with narrow keys written out head by head, the no-FFN model rebuilt fr
 attention and LayerNorm, parameter counts in closed form, the LSTM baseline's step-by-step
 decoding against its full forward pass, a model without positions against one whose sinusoids
 are zeroed, short training pairs against the data chapter's filter, BLEU by length against
-sacreBLEU on each group, the verdicts on made-up numbers, and the sweep run end to end on the CPU.
+sacreBLEU on each group, the variants each profile makes (replicas over seeds, the probes of depth),
+the sweep run end to end on the CPU, and the side-by-side timing script. The verdicts that read a
+sweep are tested in test_verdicts.py.
 """
 
 import dataclasses
@@ -35,6 +37,7 @@ from transformer_lib.decoding import (
 from transformer_lib.lengths import bucket_scores, length_buckets, pairs_within, trained_lengths
 from transformer_lib.model import PositionalEncoding, Transformer, TransformerConfig
 from transformer_lib.performance import training_flops
+from transformer_lib.provenance import jsonable
 from transformer_lib.recurrent import RecurrentConfig, RecurrentDecoder, RecurrentTranslator
 from transformer_lib.sweep import (
     BUCKETS_FILE,
@@ -43,6 +46,7 @@ from transformer_lib.sweep import (
     RESULTS_FILE,
     _train_variant,
     read_results,
+    run_order,
     run_sweep,
     sweep_tokenizer,
 )
@@ -54,9 +58,9 @@ from transformer_lib.variations import (
     matching_recurrent,
     recurrent_parameters,
     select_variants,
+    sweep_identity,
     sweep_variants,
 )
-from transformer_lib.verdicts import PAPER_TIE, PERPLEXITY, Noise, base_noise, verdict
 
 DOUBLE = torch.float64
 
@@ -462,78 +466,6 @@ def test_bleu_by_length_is_sacrebleu_on_each_group():
 
 
 # ---------------------------------------------------------------------------------------------
-# Verdicts: made-up numbers whose verdict is known
-
-
-def test_the_noise_is_the_seeds_mean_and_sample_standard_deviation():
-    records = [{"row": "base", "bleu": 20.0}, {"row": "noise", "bleu": 21.0}]
-    records += [{"row": "noise", "bleu": 22.0}, {"row": "A", "bleu": 5.0}]
-    noise = base_noise(records)
-    assert (noise.mean, noise.sd, noise.runs, noise.band) == (21.0, 1.0, 3, 2.0)
-    assert base_noise(records, lambda r: r["bleu"] / 2).mean == 10.5
-    assert math.isnan(base_noise(records[:1]).sd) and base_noise([]).runs == 0
-
-
-@pytest.mark.parametrize(
-    "delta, band, paper, kind, words",
-    [
-        (
-            -1.6,
-            0.8,
-            -0.9,
-            "holds",
-            "worse beyond the noise (±0.8), as in the paper (the paper: -0.9)",
-        ),
-        (+1.6, 0.8, +0.1, "differs", "where the paper saw no difference"),
-        (+1.6, 0.8, +0.2, "holds", "better beyond the noise (±0.8), as in the paper"),
-        (+1.2, 0.8, -0.9, "differs", "better beyond the noise (±0.8), the opposite of the paper"),
-        (-0.5, 0.8, -0.9, "noise", "inside the noise (±0.8): the paper's difference does not show"),
-        (+0.8, 0.8, -0.9, "noise", "+0.8 BLEU, inside the noise"),  # the band's edge is inside
-        (+0.3, 0.8, 0.0, "holds", "no difference, as in the paper"),
-        (-2.0, 0.8, None, "beyond", "-2.0 BLEU, worse beyond the noise (±0.8)"),
-        (-0.1, 0.8, None, "noise", "-0.1 BLEU, inside the noise (±0.8)"),
-        (-3.0, math.nan, -0.9, "unknown", "the noise is unknown"),
-    ],
-)
-def test_verdicts_on_made_up_numbers(delta, band, paper, kind, words):
-    said = verdict(delta, band, paper)
-    assert said.kind == kind and words in said.text
-    if paper is None:
-        assert "paper" not in said.text
-
-
-def test_the_paper_tie_is_its_last_digit():
-    assert verdict(2.0, 1.0, 0.2).kind == "holds"  # the paper's +0.2 is a difference
-    assert verdict(2.0, 1.0, 0.1).kind == "differs" and 0.1 < PAPER_TIE < 0.2  # +0.1 is none
-    assert Noise(1.0, 0.25, 3).band == 0.5
-
-
-@pytest.mark.parametrize(
-    "delta, paper, kind, words",
-    [
-        (
-            -0.50,
-            -0.37,
-            "holds",
-            "-0.50 perplexity, better beyond the noise (±0.26), as in the paper",
-        ),
-        (+0.50, -0.37, "differs", "worse beyond the noise (±0.26), the opposite of the paper"),
-        (-0.50, -0.01, "differs", "where the paper saw no difference (the paper: -0.01)"),
-        (
-            +0.50,
-            +0.02,
-            "holds",
-            "worse beyond the noise (±0.26), as in the paper (the paper: +0.02)",
-        ),
-        (+0.20, +0.37, "noise", "+0.20 perplexity, inside the noise (±0.26)"),
-    ],
-)
-def test_perplexity_verdicts_read_lower_as_better(delta, paper, kind, words):
-    said = verdict(delta, 0.26, paper, PERPLEXITY)
-    assert said.kind == kind and words in said.text
-
-
-# ---------------------------------------------------------------------------------------------
 # The table of variants
 
 
@@ -570,17 +502,77 @@ def test_the_cpu_sweep_has_every_row_and_the_base_three_times():
     expected = ["base", "base-seed1", "base-seed2", "A-h1", "A-h2", "A-h8", "A-h16"]
     expected += ["B-dk8", "B-dk16", "C-N1", "C-N4", "C-d64", "C-d256", "C-ff256", "C-ff1024"]
     expected += ["D-drop0.0", "D-drop0.2", "D-ls0.0", "D-ls0.2", "E-learned", "E-none"]
-    expected += [*SHORT, "FFN-dff128", "RNN-lstm"]
-    assert names == expected and len({v.training.max_steps for v in variants}) == 1
+    expected += [*SHORT, "FFN-dff128", "RNN-lstm", "C-N4-warmup400", "C-N4-preLN", "base-preLN"]
+    replicas = [f"{name}-seed{seed}" for seed in (1, 2) for name in CPU.replicated]
+    assert names == expected + replicas and len({v.training.max_steps for v in variants}) == 1
     assert {v.training.seed for v in variants if v.row in ("base", "noise")} == {0, 1, 2}
     assert min(v.model.d_k for v in variants if v.row in ("A", "B")) >= 8  # no head too narrow
     assert CPU.device == "cpu"
 
 
+QUESTIONS = ["FFN-none", "FFN-dff128", "A-h1", "A-h16", "B-dk8", "B-dk16", "E-learned", "E-none"]
+QUESTIONS += [*SHORT[:3], "C-N4", "RNN-lstm"]
+
+
+def test_every_question_variant_of_the_cpu_sweep_has_the_bases_three_seeds():
+    """A replica is its variant with another seed, and nothing else: the same model, the same
+    training but for the seed, the same training pairs; the seeds are the base's."""
+    variants = {v.name: v for v in sweep_variants(CPU, CPU.vocab_size)}
+    assert sorted(CPU.replicated) == sorted(QUESTIONS)
+    base_seeds = sorted(v.training.seed for v in variants.values() if v.row in ("base", "noise"))
+    for name in QUESTIONS:
+        runs = [v for v in variants.values() if v.name == name or v.replica_of == name]
+        assert sorted(v.training.seed for v in runs) == base_seeds, name
+        first = variants[name]
+        for replica in runs[1:]:
+            assert replica.model == first.model and replica.row == first.row
+            assert replica.train_max_len == first.train_max_len
+            assert dataclasses.replace(replica.training, seed=first.training.seed) == first.training
+    with pytest.raises(SweepError, match="A-h7"):
+        sweep_variants(dataclasses.replace(CPU, replicated=("A-h7",)), CPU.vocab_size)
+
+
+def test_the_depth_probe_changes_only_the_layer_norm_or_the_warm_up():
+    variants = {v.name: v for v in sweep_variants(CPU, CPU.vocab_size)}
+    deep, base = variants["C-N4"], variants["base"]
+    pre = variants["C-N4-preLN"]
+    assert pre.model == dataclasses.replace(deep.model, norm_first=True)
+    assert pre.training == deep.training
+    longer = variants["C-N4-warmup400"]
+    assert longer.model == deep.model
+    assert longer.training == dataclasses.replace(deep.training, warmup_steps=400)
+    assert 400 == 2 * base.training.warmup_steps
+    assert variants["base-preLN"].model == dataclasses.replace(base.model, norm_first=True)
+    assert not any(v.row == "depth" for v in sweep_variants(FULL, 8000))  # the GPU's has none
+
+
+def test_every_first_run_comes_before_any_replica_and_one_seed_before_the_next():
+    order = [v.name for v in sorted(sweep_variants(CPU, CPU.vocab_size), key=run_order)]
+    first_replica = order.index(f"{CPU.replicated[0]}-seed1")
+    assert order[:3] == ["base", "base-seed1", "base-seed2"]
+    assert all("-seed" not in name for name in order[3:first_replica])
+    seeds = [int(name.rsplit("seed", 1)[1]) for name in order[first_replica:]]
+    assert seeds == sorted(seeds) and set(seeds) == {1, 2}
+    assert order.index("C-N4-preLN") < first_replica  # the probes of depth are first runs
+
+
+def test_a_results_folder_is_named_by_what_decides_its_lines():
+    """More variants, more seeds or another time budget leave a sweep's lines valid; a change
+    of how they are trained or scored does not."""
+    same = dataclasses.replace(CPU, replicated=(), depth_probe=None, minutes=1.0, heads=(1,))
+    assert sweep_identity(same) == sweep_identity(CPU) == sweep_identity(jsonable(CPU))
+    for changes in (dict(beam_size=2), dict(short_len=8), dict(vocab_size=4000)):
+        assert sweep_identity(dataclasses.replace(CPU, **changes)) != sweep_identity(CPU)
+
+
 @pytest.mark.parametrize("profile", ["full", "cpu"])
 def test_the_short_rows_train_on_short_pairs_and_the_learned_table_covers_decoding(profile):
     profile = SWEEP_PROFILES[profile]
-    short = [v for v in sweep_variants(profile, profile.vocab_size) if v.row == "E-short"]
+    short = [
+        v
+        for v in sweep_variants(profile, profile.vocab_size)
+        if v.row == "E-short" and v.replica_of is None
+    ]
     assert [v.model.positional for v in short] == ["sinusoidal", "learned", "none"]
     assert {v.train_max_len for v in short} == {profile.short_len}
     longest_output = profile.max_len + SearchConfig().extra_length  # beam search's limit
@@ -591,7 +583,8 @@ def test_the_short_rows_train_on_short_pairs_and_the_learned_table_covers_decodi
 def test_row_a_keeps_the_computation_constant(profile, heads):
     """§3.2.2: with d_k = d_model / h, every head count costs the same and has the same size."""
     profile = SWEEP_PROFILES[profile]
-    variants = [v for v in sweep_variants(profile, 8000) if v.row in ("A", "base")]
+    variants = sweep_variants(profile, 8000)
+    variants = [v for v in variants if v.row in ("A", "base") and v.replica_of is None]
     flops = {training_flops(v.model, [20] * 50, [20] * 50) for v in variants}
     with torch.device("meta"):
         sizes = {count(Transformer(v.model)) for v in variants}
@@ -743,6 +736,24 @@ def test_a_rerun_skips_what_is_done_and_refuses_other_settings(swept):
         run_sweep(other, out, work, only=["base"], max_steps=3, data_dir=DATA)
 
 
+def test_a_grown_profile_adds_replicas_to_the_same_folder(swept, tmp_path):
+    """A profile that replicates a variant writes its rerun beside the lines already there,
+    marked as a replica, with the same settings but for the seed."""
+    out, work = tmp_path / "out", swept[1]
+    shutil.copytree(swept[0], out)
+    grown = dataclasses.replace(TOY, replicated=("RNN-lstm",), seeds=(1,), minutes=99.0)
+    written = run_sweep(grown, out, work, only=["RNN"], max_steps=3, data_dir=DATA)
+    assert [r["name"] for r in written] == ["RNN-lstm-seed1"]
+    lines = {r["name"]: r for r in read_results(out)}
+    first, replica = lines["RNN-lstm"], lines["RNN-lstm-seed1"]
+    assert replica["replica_of"] == "RNN-lstm" and first["replica_of"] is None
+    assert replica["config"]["training"]["seed"] == 1 and first["config"]["training"]["seed"] == 0
+    for config in (first["config"], replica["config"]):
+        config["training"].pop("seed")
+    assert first["config"] == replica["config"]
+    assert json.loads((out / MANIFEST_FILE).read_text())["variants"] == sorted(lines)
+
+
 def test_a_spent_budget_starts_no_variant_and_the_manifest_says_why(swept, tmp_path):
     work = swept[1]
     out = tmp_path / "out"
@@ -817,3 +828,51 @@ def test_the_command_lists_the_variants(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 + len(sweep_variants(FULL, 8000))
     assert lines[1].split()[0] == "base"
+
+
+# ---------------------------------------------------------------------------------------------
+# The side-by-side timing
+
+
+def test_the_timing_script_writes_every_rounds_times_with_a_manifest(tmp_path, capsys):
+    """At toy scale, one round: the file holds each model's seconds per round at each length and
+    on the sweep's batches, and the batches hold what the profile's token budget allows."""
+    import table3_speed
+
+    require_multi30k()
+    out = tmp_path / "speed"
+    common = ["--profile", "ci", "--work", str(tmp_path / "work"), "--data-dir", str(DATA)]
+    code = table3_speed.main(
+        [*common, "--rounds", "1", "--batches", "1", "--lengths", "3", "9", "--out", str(out)]
+    )
+    assert code == 0
+    saved = json.loads((out / table3_speed.RESULT_FILE).read_text())
+    manifest, results = saved["manifest"], saved["results"]
+    assert manifest["rounds"] == 1 and manifest["profile_name"] == "ci" and manifest["device"]
+    assert manifest["profile"] == sweep_identity(SWEEP_PROFILES["ci"]) and "git_commit" in manifest
+    assert set(results["variants"]) == {"base", "RNN-lstm"}
+    budget = SWEEP_PROFILES["ci"].training.max_tokens
+    for row, length in zip(results["by_length"], (3, 9), strict=True):
+        assert row["length"] == length and row["pairs"] == budget // (length + 1)
+        assert row["target_tokens"] == row["pairs"] * (length + 1)  # every target and its </s>
+        assert {name: len(s) for name, s in row["seconds"].items()} == {"base": 1, "RNN-lstm": 1}
+        assert all(t > 0 for s in row["seconds"].values() for t in s)
+    sweep = results["sweep_batches"]
+    assert sweep["batches"] == 1 and set(sweep["seconds"]) == {"base", "RNN-lstm"}
+    assert sweep["flops"]["base"] > 0
+
+
+def test_the_timing_script_refuses_bad_options_with_status_2(tmp_path, capsys):
+    import table3_speed
+
+    common = ["--profile", "ci", "--out", str(tmp_path / "speed")]
+    for bad, words in [
+        (["--rounds", "0"], "at least 1"),
+        (["--lengths", "0"], "--lengths 0"),
+        (["--lengths", "100000"], "--lengths 100000"),
+        (["--data-dir", str(tmp_path / "nowhere")], "not a folder"),
+        (["--device", "tpu"], "choose cpu or cuda"),
+    ]:
+        assert table3_speed.main([*common, *bad]) == 2
+        assert words in capsys.readouterr().err
+    assert not (tmp_path / "speed").exists()  # nothing written
