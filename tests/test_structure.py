@@ -26,7 +26,8 @@ LAYERS = [
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
     # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
     ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],
-    ["evaluation", "performance"],  # BLEU and averaging; FLOPs (of both kinds of model)
+    # BLEU and averaging; the CTranslate2 engine; FLOPs (of both kinds of model)
+    ["engine", "evaluation", "performance"],
     ["lengths", "recipe", "variations"],  # sentence lengths; a training recipe; Table 3's variants
     ["report", "sweep", "verdicts"],  # what a finished run or a sweep writes, and how it reads
     ["cli"],  # the command line only wires the others

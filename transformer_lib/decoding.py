@@ -160,26 +160,74 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:247 (cell 8)
+# %% book/decoding.md:253 (cell 8)
+from transformer_lib.model import _residual
+
+
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
-    every layer's keys and values (self-attention: all positions so far; encoder-decoder
-    attention: the encoder output's, computed once)."""
+    every layer's keys and values (self-attention: all positions so far, per row; encoder-decoder
+    attention: the encoder output's, computed once and kept once per sentence).
+
+    ``src`` (n, S) int64; ``src_mask`` (n, 1, 1, S) defaults to the padding mask. The state starts
+    with one row per sentence; ``select`` may repeat, reorder and drop rows.
+    """
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
         self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
-        self.memory = model.encode(src, self.src_mask)  # (N, S, d_model)
-        self.cache: dict = {}
+        self.memory = model.encode(src, self.src_mask)  # (n, S, d_model), one per sentence
+        self.sentence = torch.arange(len(src), device=src.device)  # (N,) sentence of each row
+        self.grouped = True  # rows are sentence 0's, then sentence 1's, ..., as many each
+        self.length = 0  # target positions decoded so far
+        self.cache: dict = {}  # per layer i: {"self": per row, "cross": per sentence}
+        for i, layer in enumerate(model.decoder.layers):  # the encoder side, once per sentence
+            cross = self.cache.setdefault(i, {}).setdefault("cross", {})
+            layer.cross_attn(self.memory[:, :1], self.memory, self.memory, self.src_mask, cache=cross)
 
     def step(self, tokens: Tensor) -> Tensor:
-        # One new position per row; no mask needed: it may see every earlier position.
-        states = self.model.decode(tokens[:, None], self.memory, self.src_mask, cache=self.cache)
-        return self.model.generator(states[:, -1])  # (N, V)
+        decoder = self.model.decoder
+        x = decoder.positions(decoder.embeddings(tokens[:, None]), self.length)  # (N, 1, d_model)
+        for i, layer in enumerate(decoder.layers):  # DecoderLayer.forward, sub-layer by sub-layer
+            x = _residual(layer, 0, x, lambda h, i=i: self._self_attention(i, h))
+            x = _residual(layer, 1, x, lambda h, i=i: self._cross_attention(i, h))
+            if layer.feed_forward is not None:
+                x = _residual(layer, 2, x, layer.feed_forward)
+        self.length += 1
+        return self.model.generator(decoder.norm(x)[:, -1])  # (N, V)
+
+    def _self_attention(self, i: int, h: Tensor) -> Tensor:
+        """Layer i's masked self-attention for the new positions h (N, 1, d_model). No mask is
+        needed: a new position may see every earlier one, whose keys and values the cache holds."""
+        own = self.cache[i].setdefault("self", {})  # per row
+        return self.model.decoder.layers[i].self_attn(h, h, h, None, cache=own)
+
+    def _cross_attention(self, i: int, h: Tensor) -> Tensor:
+        """Layer i's encoder-decoder attention for queries h (N, 1, d_model)."""
+        attention, cache = self.model.decoder.layers[i].cross_attn, self.cache[i]["cross"]
+        if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
+            n, d = len(self.memory), h.shape[-1]
+            out = attention(h.view(n, -1, d), self.memory, self.memory, self.src_mask, cache=cache)
+            return out.view(-1, 1, d)  # (n, k, d_model) -> (N, 1, d_model)
+        rows = {name: tensor[self.sentence] for name, tensor in cache.items()}  # (N, h, S, .)
+        mask = self.src_mask[self.sentence]
+        return attention(h, self.memory, self.memory, mask, cache=rows)
 
     def select(self, rows: Tensor) -> None:
-        self.memory, self.src_mask = self.memory[rows], self.src_mask[rows]
-        _select_rows(self.cache, rows)
+        for i in self.cache:
+            _select_rows(self.cache[i].get("self", {}), rows)
+        sentence = self.sentence[rows]
+        kept = torch.unique(sentence)  # sorted
+        if len(kept) < len(self.memory):  # sentences without rows are done: drop their side
+            self.memory, self.src_mask = self.memory[kept], self.src_mask[kept]
+            for i in self.cache:
+                _select_rows(self.cache[i]["cross"], kept)
+            sentence = torch.searchsorted(kept, sentence)
+        self.sentence, n = sentence, len(kept)
+        if n == 0:  # no rows left
+            return
+        per_sentence = torch.arange(n, device=rows.device).repeat_interleave(len(rows) // n)
+        self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
 
 
 def _select_rows(cache: dict, rows: Tensor) -> None:
@@ -190,7 +238,7 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
             cache[key] = value[rows]
 
 
-# %% book/decoding.md:285 (cell 10)
+# %% book/decoding.md:339 (cell 10)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's."""
@@ -214,7 +262,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/decoding.md:330 (cell 12)
+# %% book/decoding.md:384 (cell 12)
 import warnings
 from collections.abc import Callable, Sequence
 
