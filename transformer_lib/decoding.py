@@ -183,7 +183,9 @@ class IncrementalDecoder:
         self.cache: dict = {}  # per layer i: {"self": per row, "cross": per sentence}
         for i, layer in enumerate(model.decoder.layers):  # the encoder side, once per sentence
             cross = self.cache.setdefault(i, {}).setdefault("cross", {})
-            layer.cross_attn(self.memory[:, :1], self.memory, self.memory, self.src_mask, cache=cross)
+            layer.cross_attn(
+                self.memory[:, :1], self.memory, self.memory, self.src_mask, cache=cross
+            )
 
     def step(self, tokens: Tensor) -> Tensor:
         decoder = self.model.decoder
@@ -238,7 +240,7 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
             cache[key] = value[rows]
 
 
-# %% book/decoding.md:339 (cell 10)
+# %% book/decoding.md:341 (cell 10)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's."""
@@ -262,7 +264,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/decoding.md:384 (cell 12)
+# %% book/decoding.md:386 (cell 12)
 import warnings
 from collections.abc import Callable, Sequence
 

@@ -29,11 +29,13 @@ def require_ctranslate2():
     try:
         import ctranslate2
     except ImportError as err:
-        raise EngineError(f"the CTranslate2 engine needs the ctranslate2 package: {INSTALL}") from err
+        raise EngineError(
+            f"the CTranslate2 engine needs the ctranslate2 package: {INSTALL}"
+        ) from err
     return ctranslate2
 
 
-# %% book/inference_engine.md:56 (cell 3)
+# %% book/inference_engine.md:58 (cell 3)
 def _array(tensor: torch.Tensor):
     """A float32 NumPy copy, as CTranslate2's specification holds its weights."""
     return tensor.detach().to("cpu", torch.float32).numpy().copy()
@@ -79,7 +81,7 @@ def _check_convertible(model, tokenizer) -> None:
         )
 
 
-# %% book/inference_engine.md:103 (cell 4)
+# %% book/inference_engine.md:105 (cell 4)
 def vocabulary(tokenizer) -> list[str]:
     """The tokenizer's pieces in id order: CTranslate2 knows a token by its place in this list."""
     return [tokenizer.tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
@@ -151,7 +153,7 @@ def convert_to_ctranslate2(
     return folder
 
 
-# %% book/inference_engine.md:176 (cell 5)
+# %% book/inference_engine.md:178 (cell 5)
 class CTranslate2Translator:
     """Our model run by CTranslate2: ``translate`` with the rules of the decoding chapter's
     ``translate`` (same tokenizer, length limits and batching), and ``score``.
@@ -237,7 +239,9 @@ class CTranslate2Translator:
                 results[i] = text
         return results
 
-    def score(self, sources: Sequence[list[int]], targets: Sequence[list[int]]) -> list[list[float]]:
+    def score(
+        self, sources: Sequence[list[int]], targets: Sequence[list[int]]
+    ) -> list[list[float]]:
         """log p(y_t | y_<t, x) of each target token and of the ``</s>`` after it, for token ids
         without special tokens (a source gets its ``</s>`` from the engine)."""
         found = self.engine.score_batch(
@@ -248,7 +252,7 @@ class CTranslate2Translator:
         return [list(result.log_probs) for result in found]
 
 
-# %% book/inference_engine.md:274 (cell 6)
+# %% book/inference_engine.md:278 (cell 6)
 from collections.abc import Callable
 
 from transformer_lib.decoding import translate
