@@ -84,56 +84,59 @@ def beam_search(
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     k, n, device = beam_size, len(max_lengths), max_lengths.device
-    state.select(torch.arange(n, device=device).repeat_interleave(k))
-    active = list(range(n))  # sentences still searching; the state holds k rows for each
-    scores = torch.zeros(n, k, device=device)  # (A, k) log-probabilities of the beams
-    scores[:, 1:] = float("-inf")  # all beams start as the same "<s>": keep only one of them
-    prefixes = torch.full((n, k, 1), bos_id, dtype=torch.long, device=device)  # (A, k, t)
+    active = torch.arange(n, device=device)  # (A,) sentences still searching
+    width = 1  # beams per sentence in the state: the k beams would all be the same "<s>" at first
+    scores = torch.zeros(n, 1, device=device)  # (A, width) log-probabilities of the beams
+    prefixes = torch.full((n, 1, 1), bos_id, dtype=torch.long, device=device)  # (A, width, t)
     finished: list[list[Hypothesis]] = [[] for _ in range(n)]
-    limits = max_lengths.tolist()
+    counts = torch.zeros(n, dtype=torch.long, device=device)  # (A,) finished hypotheses
     step = 0
-    while active:
+    while True:
         step += 1
-        logits = state.step(prefixes[:, :, -1].reshape(-1))  # (A * k, V)
+        logits = state.step(prefixes[:, :, -1].reshape(-1))  # (A * width, V)
+        vocab = logits.shape[-1]
+        if width < k and 2 * k > vocab:  # too few tokens to fill 2k candidates from one beam
+            state.select(torch.arange(len(active), device=device).repeat_interleave(k))
+            logits, prefixes = logits.repeat_interleave(k, dim=0), prefixes.expand(-1, k, -1)
+            scores = torch.cat([scores, scores.new_full((len(active), k - 1), float("-inf"))], 1)
+            width = k
         # Sum log-probabilities in at least float32 (bf16 logits would lose the ranking).
         scores = scores.to(torch.promote_types(logits.dtype, torch.float32))
-        vocab = logits.shape[-1]
-        log_probs = torch.log_softmax(logits.to(scores.dtype), dim=-1).view(len(active), k, vocab)
-        candidates = (scores[:, :, None] + log_probs).view(len(active), k * vocab)
-        top, index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (A, 2k), best first
+        log_probs = torch.log_softmax(logits.to(scores.dtype), dim=-1).view(len(active), width, -1)
+        candidates = (scores[:, :, None] + log_probs).view(len(active), width * vocab)
+        top, index = candidates.topk(min(2 * k, width * vocab), dim=1)  # (A, 2k), best first
         parent, token = index // vocab, index % vocab
-        at_limit = torch.tensor([limits[s] <= step for s in active], device=device)
+        at_limit = max_lengths[active] <= step  # (A,)
         ends = (token == eos_id) | at_limit[:, None]  # (A, 2k)
 
-        done = []
+        # Endings among the best k are finished hypotheses, while a sentence has fewer than k.
+        new = ends[:, :k] & (top[:, :k] > float("-inf"))  # (A, k)
         penalty = length_penalty(step, alpha)
-        rows = zip(top.tolist(), parent.tolist(), token.tolist(), ends.tolist(), strict=True)
-        for a, (top_a, parent_a, token_a, ends_a) in enumerate(rows):
-            sentence = finished[active[a]]
-            candidates = zip(top_a[:k], parent_a[:k], token_a[:k], ends_a[:k], strict=True)
-            for log_prob, beam, tok, end in candidates:
-                if end and len(sentence) < k and log_prob > float("-inf"):
-                    tokens = prefixes[a, beam, 1:].tolist() + ([] if tok == eos_id else [tok])
+        for a in new.any(dim=1).nonzero()[:, 0].tolist():  # few rows end at any one step
+            sentence = finished[int(active[a])]
+            for j in new[a].nonzero()[:, 0].tolist():
+                if len(sentence) < k:
+                    log_prob, tok = top[a, j].item(), int(token[a, j])
+                    tokens = prefixes[a, parent[a, j], 1:].tolist() + ([] if tok == eos_id else [tok])
                     sentence.append(Hypothesis(tokens, log_prob, log_prob / penalty))
-            done.append(len(sentence) >= k or limits[active[a]] <= step)
+            counts[a] = len(sentence)
+        keep = ((counts < k) & ~at_limit).nonzero()[:, 0]  # (A',)
+        if not len(keep):
+            break
 
         # The next beams: the best k candidates that did not end (a stable sort keeps rank order).
         order = torch.sort(ends.to(torch.int8), dim=1, stable=True).indices[:, :k]  # (A, k)
-        keep = torch.tensor([a for a, d in enumerate(done) if not d], dtype=torch.long)
-        if not len(keep):
-            break
-        keep = keep.to(device)
         beams = parent.gather(1, order)[keep]  # (A', k) beam each new beam extends
-        state.select((keep[:, None] * k + beams).reshape(-1))
+        state.select((keep[:, None] * width + beams).reshape(-1))
         prefixes = torch.cat(
             [prefixes[keep[:, None], beams], token.gather(1, order)[keep][:, :, None]], dim=2
         )
         scores = top.gather(1, order)[keep]
-        active = [active[a] for a in keep.tolist()]
+        active, counts, width = active[keep], counts[keep], k
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:210 (cell 6)
+# %% book/decoding.md:213 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -160,7 +163,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:253 (cell 8)
+# %% book/decoding.md:256 (cell 8)
 from transformer_lib.model import _residual
 
 
@@ -240,7 +243,7 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
             cache[key] = value[rows]
 
 
-# %% book/decoding.md:341 (cell 10)
+# %% book/decoding.md:344 (cell 10)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's."""
@@ -264,7 +267,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/decoding.md:386 (cell 12)
+# %% book/decoding.md:389 (cell 12)
 import warnings
 from collections.abc import Callable, Sequence
 
