@@ -117,7 +117,8 @@ def beam_search(
             for j in new[a].nonzero()[:, 0].tolist():
                 if len(sentence) < k:
                     log_prob, tok = top[a, j].item(), int(token[a, j])
-                    tokens = prefixes[a, parent[a, j], 1:].tolist() + ([] if tok == eos_id else [tok])
+                    ending = [] if tok == eos_id else [tok]  # cut at the limit: keep its token
+                    tokens = prefixes[a, parent[a, j], 1:].tolist() + ending
                     sentence.append(Hypothesis(tokens, log_prob, log_prob / penalty))
             counts[a] = len(sentence)
         keep = ((counts < k) & ~at_limit).nonzero()[:, 0]  # (A',)
@@ -136,7 +137,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:213 (cell 6)
+# %% book/decoding.md:214 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -163,7 +164,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:256 (cell 8)
+# %% book/decoding.md:257 (cell 8)
 from transformer_lib.model import _residual
 
 
@@ -243,7 +244,7 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
             cache[key] = value[rows]
 
 
-# %% book/decoding.md:344 (cell 10)
+# %% book/decoding.md:345 (cell 10)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's."""
@@ -267,7 +268,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/decoding.md:389 (cell 12)
+# %% book/decoding.md:390 (cell 12)
 import warnings
 from collections.abc import Callable, Sequence
 

@@ -16,9 +16,9 @@ and the rest, Python and dispatch), the peak memory of each engine (each in a pr
 and the earlier decoding goals (cached against re-running at 40 steps, ``decoding.py``'s).
 
 Record it on a quiet machine, with the shipped German-English model (about 10 minutes):
-``python benchmarks/engine.py --model multi30k-de-en-laptop --threads 2``, which writes
+``python benchmarks/inference_engine.py --model multi30k-de-en-laptop --threads 2``, which writes
 ``results/inference-engine/ctranslate2.json``. A quick check on the ``ci`` model of the chapters:
-``python benchmarks/engine.py --ci --sentences 200 --rounds 1 --no-save``.
+``python benchmarks/inference_engine.py --ci --sentences 200 --rounds 1 --no-save``.
 """
 
 import argparse
@@ -48,7 +48,7 @@ from transformer_lib.recipe import cached_run
 from transformer_lib.tokenizer import VOCAB_SIZE, BPETokenizer
 
 SEARCHES = {"beam 4": SearchConfig(beam_size=4, alpha=0.6), "greedy": GREEDY}
-BATCH_SIZES = (32, 64, 128)
+BATCH_SIZES = (32, 64, 128, 256)
 PEER = "CTranslate2 float32"
 GOAL = 1.3  # our time at most 1.3x CTranslate2 float32's
 INT8_BLEU_LOSS = 0.5  # int8 weights lose less BLEU than this
@@ -80,19 +80,25 @@ class PerRowDecoder:
         _select_rows(self.cache, rows)
 
 
+def ci_model() -> tuple[Transformer, BPETokenizer, str]:
+    """The chapters' ``ci`` model (German to English), its last 5 checkpoints averaged (§6.1)
+    as the decoding chapter averages them, its tokenizer, and the run's folder name."""
+    run = cached_run("ci", "de", "en")
+    steps = sorted(
+        (run / "checkpoints").glob("step-*.pt"), key=lambda path: int(path.stem.split("-")[1])
+    )
+    averaged = average_checkpoints(steps[-5:])
+    model = Transformer(TransformerConfig(**averaged["config"]["model"]))
+    model.load_state_dict(averaged["model"])
+    return model.eval(), BPETokenizer.from_json(averaged["tokenizer"]), run.name
+
+
 def load(args: argparse.Namespace) -> tuple[Transformer, BPETokenizer, dict]:
     """The model, its tokenizer, and what it is (name, languages, checksum) for the manifest."""
     if args.ci:
-        run = cached_run("ci", "de", "en")
-        steps = sorted(
-            (run / "checkpoints").glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1])
-        )
-        averaged = average_checkpoints(steps[-5:])  # §6.1, as the decoding chapter does
-        model = Transformer(TransformerConfig(**averaged["config"]["model"]))
-        model.load_state_dict(averaged["model"])
-        tokenizer = BPETokenizer.from_json(averaged["tokenizer"])
-        about = {"model": f"ci run {run.name}, last 5 checkpoints averaged", "src": "de"}
-        return model.eval(), tokenizer, {**about, "tgt": "en"}
+        model, tokenizer, run = ci_model()
+        about = {"model": f"ci run {run}, last 5 checkpoints averaged", "src": "de", "tgt": "en"}
+        return model, tokenizer, about
     model, tokenizer = load_pretrained(args.model)
     folder = model_folder(args.model)
     about = {"model": args.model, "model_sha256": sha256(folder / "model.safetensors")}
@@ -119,8 +125,10 @@ def with_batch_size(search: SearchConfig, size: int) -> SearchConfig:
 
 def best_batch_size(function, sources, search, sizes) -> tuple[int, dict]:
     """The batch size of ``sizes`` that translates ``sources`` fastest (one run each, after one
-    untimed run), and each size's seconds."""
+    untimed run), and each size's seconds; with one size, only the untimed run."""
     function(sources, with_batch_size(search, sizes[0]))  # warm-up
+    if len(sizes) == 1:
+        return sizes[0], {}
     seconds = {}
     for size in sizes:
         started = time.perf_counter()
