@@ -137,8 +137,11 @@ def best_batch_size(function, sources, search, sizes) -> tuple[int, dict]:
     return min(seconds, key=seconds.get), seconds
 
 
-def measure_search(candidates, sources, references, search, rounds, sizes, calibrate) -> dict:
-    """Every candidate on ``sources`` with its best batch size, timed in turns."""
+def measure_search(
+    candidates, sources, references, search, rounds, sizes, calibrate, clock=time.perf_counter
+) -> dict:
+    """Every candidate on ``sources`` with its best batch size, timed in turns (wall time, or
+    the process's CPU time with ``clock=time.process_time``)."""
     chosen, outputs, calls = {}, {}, {}
     for name, function in candidates.items():
         size, tried = best_batch_size(function, sources[:calibrate], search, sizes)
@@ -149,7 +152,7 @@ def measure_search(candidates, sources, references, search, rounds, sizes, calib
             outputs[name] = function(sources, config)
 
         calls[name] = call
-    times = common.time_in_turns(calls, rounds, warmup=0, device=torch.device("cpu"))
+    times = common.time_in_turns(calls, rounds, 0, torch.device("cpu"), clock)
     found = {}
     for name, seconds in times.items():
         found[name] = {
