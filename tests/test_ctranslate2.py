@@ -343,3 +343,46 @@ def test_a_shipped_model_in_the_engine_scores_and_searches_as_ours(name):
     ours = bleu["splits"]["test_2016_flickr"]["bleu"]
     theirs = corpus_scores(engine.translate(sources, search), references)["bleu"]
     assert abs(theirs - ours) <= 0.2, f"BLEU {theirs:.2f} against ours {ours:.2f}"
+
+
+# --- The benchmark: one run writes every candidate's figures with a manifest.
+
+
+def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
+    """A tiny run of benchmarks/inference_engine.py on a seeded model folder: every engine timed
+    for both searches, with BLEU, the profile's groups and the decoding goals, under a manifest."""
+    done = subprocess.run(
+        [
+            sys.executable, "benchmarks/inference_engine.py", "--model", str(folder),
+            "--sentences", "6", "--rounds", "1", "--batch-sizes", "3", "--threads", "1",
+            "--no-memory", "--no-goals", "--out", str(tmp_path),
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    saved = json.loads((tmp_path / "ctranslate2.json").read_text())
+    manifest, results = saved["manifest"], saved["results"]
+    assert "inference_engine.py" in manifest["command"] and manifest["threads"] == 1
+    assert results["sentences"] == 6 and results["model"] == str(folder)
+    for found in results["searches"].values():
+        assert set(found) == {
+            "ours",
+            "ours, cache per row",
+            "CTranslate2 float32",
+            "CTranslate2 int8",
+        }
+        assert all(row["batch_size"] == 3 and row["rounds"] == 1 for row in found.values())
+    groups = {"matrix products", "cache copies", "Python and dispatch"}
+    assert groups <= set(results["profile"])
+    assert "takes" in done.stdout and "int8 loses" in done.stdout
+
+
+def test_the_benchmark_refuses_a_bad_switch_in_one_line(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import inference_engine
+
+    monkeypatch.setattr(sys, "argv", ["inference_engine.py", "--sentences", "0", "--no-save"])
+    with pytest.raises(SystemExit) as stopped:
+        inference_engine.main()
+    assert stopped.value.code == 2
+    assert "--sentences must be at least 1" in capsys.readouterr().err
