@@ -52,7 +52,7 @@ def greedy_search(
     return outputs
 
 
-# %% book/decoding.md:120 (cell 4)
+# %% book/decoding.md:122 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
     """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
@@ -78,7 +78,8 @@ def beam_search(
 ) -> list[Hypothesis]:
     """Batched beam search (§6.1): the best finished hypothesis of each of N sentences.
 
-    The state holds N rows on entry (one per sentence) and is expanded to N * beam_size rows.
+    The state holds N rows on entry (one per sentence); the first step runs on them (its k beams
+    would all be the same ``<s>``) and the state is then expanded to N * beam_size rows.
     ``max_lengths`` (N,) caps the output tokens of each sentence, ``</s>`` included.
     """
     if beam_size < 1:
@@ -137,7 +138,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:214 (cell 6)
+# %% book/decoding.md:217 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -164,7 +165,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:257 (cell 8)
+# %% book/decoding.md:260 (cell 8)
 from transformer_lib.model import _residual
 
 
@@ -244,7 +245,7 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
             cache[key] = value[rows]
 
 
-# %% book/decoding.md:345 (cell 10)
+# %% book/decoding.md:348 (cell 10)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's."""
@@ -268,7 +269,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/decoding.md:390 (cell 12)
+# %% book/decoding.md:393 (cell 12)
 import warnings
 from collections.abc import Callable, Sequence
 
