@@ -6,7 +6,8 @@ The candidates, timed in turns round after round (``common.time_in_turns``):
 
 - ``ours``: ``transformer_lib.decoding.translate`` with the incremental decoder as it is now;
 - ``ours, cache per row``: the same search with the cache as it was before (the encoder output and
-  the encoder-decoder keys and values copied for every beam at every step), the fix's baseline;
+  the encoder-decoder keys and values copied for every beam at every step, with PyTorch's general
+  indexing), the fixes' baseline, and ``ours, cache per row, index_select`` with the first fix;
 - ``CTranslate2 float32`` and ``CTranslate2 int8``: our model converted by ``transformer_lib.engine``.
 
 Each candidate gets its best batch size, chosen on the first sentences before the timed rounds.
@@ -39,7 +40,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from transformer_lib.attention import padding_mask
 from transformer_lib.data import load_multi30k
-from transformer_lib.decoding import GREEDY, SearchConfig, _select_rows, translate
+from transformer_lib.decoding import GREEDY, SearchConfig, translate
 from transformer_lib.engine import CTranslate2Translator, require_ctranslate2
 from transformer_lib.evaluation import average_checkpoints, corpus_scores
 from transformer_lib.model import Transformer, TransformerConfig
@@ -63,7 +64,8 @@ GROUPS = {
 class PerRowDecoder:
     """The incremental decoder's cache as it was: every row, beams included, holds its own copy of
     the encoder output and of every layer's encoder-decoder keys and values, and ``select`` copies
-    them all at every step (the baseline of the fix the inference-engine chapter measures)."""
+    them all at every step, with PyTorch's general indexing (``tensor[rows]``). The baseline of
+    the fixes the inference-engine chapter measures."""
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
@@ -76,8 +78,27 @@ class PerRowDecoder:
         return self.model.generator(states[:, -1])  # (N, V)
 
     def select(self, rows: Tensor) -> None:
-        self.memory, self.src_mask = self.memory[rows], self.src_mask[rows]
-        _select_rows(self.cache, rows)
+        self.memory, self.src_mask = self.copy_rows(self.memory, rows), self.src_mask[rows]
+        self._select(self.cache, rows)
+
+    def _select(self, cache: dict, rows: Tensor) -> None:
+        for key, value in cache.items():
+            if isinstance(value, dict):
+                self._select(value, rows)
+            elif isinstance(value, Tensor):
+                cache[key] = self.copy_rows(value, rows)
+
+    @staticmethod
+    def copy_rows(tensor: Tensor, rows: Tensor) -> Tensor:
+        return tensor[rows]
+
+
+class PerRowIndexSelect(PerRowDecoder):
+    """The same cache per row, its rows copied with ``index_select``: the first fix alone."""
+
+    @staticmethod
+    def copy_rows(tensor: Tensor, rows: Tensor) -> Tensor:
+        return tensor.index_select(0, rows)
 
 
 def ci_model() -> tuple[Transformer, BPETokenizer, str]:
@@ -113,6 +134,9 @@ def engines(model, tokenizer, threads: int) -> dict[str, Callable]:
         "ours": lambda sentences, search: translate(model, tokenizer, sentences, search),
         "ours, cache per row": lambda sentences, search: translate(
             model, tokenizer, sentences, search, decoder_state=PerRowDecoder
+        ),
+        "ours, cache per row, index_select": lambda sentences, search: translate(
+            model, tokenizer, sentences, search, decoder_state=PerRowIndexSelect
         ),
         PEER: float32.translate,
         "CTranslate2 int8": int8.translate,
