@@ -147,7 +147,7 @@ def with_batch_size(search: SearchConfig, size: int) -> SearchConfig:
     return SearchConfig(search.beam_size, search.alpha, search.extra_length, size)
 
 
-def best_batch_size(function, sources, search, sizes) -> tuple[int, dict]:
+def best_batch_size(function, sources, search, sizes, clock=time.perf_counter):
     """The batch size of ``sizes`` that translates ``sources`` fastest (one run each, after one
     untimed run), and each size's seconds; with one size, only the untimed run."""
     function(sources, with_batch_size(search, sizes[0]))  # warm-up
@@ -155,9 +155,9 @@ def best_batch_size(function, sources, search, sizes) -> tuple[int, dict]:
         return sizes[0], {}
     seconds = {}
     for size in sizes:
-        started = time.perf_counter()
+        started = clock()
         function(sources, with_batch_size(search, size))
-        seconds[size] = time.perf_counter() - started
+        seconds[size] = clock() - started
     return min(seconds, key=seconds.get), seconds
 
 
@@ -168,7 +168,7 @@ def measure_search(
     the process's CPU time with ``clock=time.process_time``)."""
     chosen, outputs, calls = {}, {}, {}
     for name, function in candidates.items():
-        size, tried = best_batch_size(function, sources[:calibrate], search, sizes)
+        size, tried = best_batch_size(function, sources[:calibrate], search, sizes, clock)
         chosen[name] = {"batch_size": size, "calibration_s": tried}
         config = with_batch_size(search, size)
 
@@ -288,6 +288,7 @@ def measure(args: argparse.Namespace) -> dict:
         **about,
         "split": args.split,
         "sentences": len(sources),
+        "clock": args.clock,
         "config": vars(model.config),
     }
     results["ctranslate2"] = require_ctranslate2().__version__
@@ -295,8 +296,9 @@ def measure(args: argparse.Namespace) -> dict:
     with torch.inference_mode():
         for label, search in SEARCHES.items():
             print(f"-- {label}: {len(sources)} sentences, {args.rounds} rounds in turns")
+            clock = time.process_time if args.clock == "cpu" else time.perf_counter
             found = measure_search(
-                candidates, sources, references, search, args.rounds, args.batch_sizes, 200
+                candidates, sources, references, search, args.rounds, args.batch_sizes, 200, clock
             )
             results["searches"][label] = found
         print("-- where the time goes: one batch of 64 sentences at beam 4, profiled")
@@ -365,6 +367,13 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, help="only the first N sentences (a quick check)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of every engine (2)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds in turns (3)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time (default, for a quiet machine) or the process's CPU time (steadier on a "
+        "shared one; with one thread it equals wall time on an idle machine)",
+    )
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
     parser.add_argument("--no-memory", action="store_true", help="skip the peak memory")
     parser.add_argument(
