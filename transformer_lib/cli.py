@@ -269,7 +269,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:528 (cell 20)
+# %% book/command_line.md:529 (cell 20)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -387,7 +387,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:684 (cell 24)
+# %% book/command_line.md:685 (cell 24)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from transformer_lib.decoding import SearchConfig
+from transformer_lib.decoding import SearchConfig, length_penalty
 
 INSTALL = "pip install 'transformer_lib[fast]' (or: pip install ctranslate2)"
 QUANTIZE = (None, "int8")  # the weights' precision: float32 as trained, or 8-bit integers
@@ -194,23 +194,34 @@ class CTranslate2Translator:
         """The output token ids of one batch of source token ids (neither with ``<s>`` or
         ``</s>``), searched with ``search``'s beam, α and length limit.
 
-        CTranslate2 divides by its own length penalty, |Y|^α (the decoding chapter's is GNMT's
-        ((5 + |Y|) / 6)^α), and takes one length limit per batch: an output longer than its own
-        sentence's limit (input + ``extra_length``) is cut to it, as our searches stop there.
+        CTranslate2 divides by its own length penalty, |Y|^α; the decoding chapter's is GNMT's,
+        ((5 + |Y|) / 6)^α. So its beam search is asked for its ``beam_size`` finished hypotheses
+        with their log-probabilities (length penalty 0), and they are ranked here with ours. It
+        takes one length limit per batch: an output longer than its own sentence's limit (input
+        + ``extra_length``) is cut to it, as our searches stop there.
         """
         limits = [min(len(ids) + 1 + search.extra_length, self.max_len) for ids in sources]
+        beam = search.beam_size > 1
         found = self.engine.translate_batch(
             [self._tokens(ids) for ids in sources],
             beam_size=search.beam_size,
-            length_penalty=search.alpha,
+            length_penalty=0.0,  # plain log-probabilities, ranked below
+            num_hypotheses=search.beam_size,
+            return_scores=beam,
             max_decoding_length=max(limits),  # steps, the one that writes </s> included
             min_decoding_length=0,  # an empty output is allowed, as in ours
             max_input_length=0,  # no silent cut: translate cuts too long sources itself
         )
-        return [
-            [self.ids[piece] for piece in result.hypotheses[0]][:limit]
-            for result, limit in zip(found, limits, strict=True)
-        ]
+        outputs = []
+        for result, limit in zip(found, limits, strict=True):
+            ranked = []
+            for pieces, log_prob in zip(result.hypotheses, result.scores or [0.0], strict=False):
+                tokens = [self.ids[piece] for piece in pieces]
+                ended = len(tokens) < limit  # with its </s>, which |Y| counts; else cut there
+                steps = len(tokens) + 1 if ended else limit
+                ranked.append((log_prob / length_penalty(steps, search.alpha), tokens[:limit]))
+            outputs.append(max(ranked, key=lambda pair: pair[0])[1])  # the first of equals
+        return outputs
 
     def translate(
         self, sentences: Sequence[str], search: SearchConfig | None = None, progress: bool = False
@@ -252,7 +263,7 @@ class CTranslate2Translator:
         return [list(result.log_probs) for result in found]
 
 
-# %% book/inference_engine.md:361 (cell 9)
+# %% book/inference_engine.md:372 (cell 9)
 from collections.abc import Callable
 
 from transformer_lib.decoding import translate
