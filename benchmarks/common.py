@@ -95,18 +95,21 @@ def time_in_turns(
     rounds: int,
     warmup: int,
     device: torch.device,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Seconds per call of every candidate, called in turns: ``warmup`` untimed rounds, then
-    ``rounds`` timed ones. Taking turns spreads the machine's other work over all candidates."""
+    ``rounds`` timed ones. Taking turns spreads the machine's other work over all candidates.
+    ``clock=time.process_time`` counts the CPU seconds of this process instead of wall time
+    (steadier on a shared machine, and equal to wall time for one thread on an idle one)."""
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for round_ in range(warmup + rounds):
         for name, function in candidates.items():
             sync(device)
-            started = time.perf_counter()
+            started = clock()
             function()
             sync(device)
             if round_ >= warmup:
-                times[name].append(time.perf_counter() - started)
+                times[name].append(clock() - started)
     return times
 
 

@@ -27,7 +27,8 @@ LAYERS = [
     # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
     ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],
     ["pretrained"],  # the shipped models' folders: safetensors, config, tokenizer, checksums
-    ["evaluation", "export", "performance"],  # BLEU, averaging; ONNX graphs; FLOPs
+    # BLEU and averaging; the CTranslate2 engine; ONNX graphs; FLOPs (of both kinds of model)
+    ["engine", "evaluation", "export", "performance"],
     ["lengths", "recipe", "variations"],  # sentence lengths; a training recipe; Table 3's variants
     ["report", "sweep", "verdicts"],  # what a finished run or a sweep writes, and how it reads
     ["cli"],  # the command line only wires the others

@@ -207,6 +207,7 @@ def calibrate(args: argparse.Namespace) -> None:
     names = [name for name in selected(args) if cost_twin(name) == name]
     if "leader" not in names:
         names.insert(0, "leader")
+    sitting = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # ratios stay within one
     for repeat in range(args.repeats):
         order = names[repeat % len(names) :] + names[: repeat % len(names)]
         for name in order:
@@ -215,26 +216,31 @@ def calibrate(args: argparse.Namespace) -> None:
                 {
                     "kind": "timing",
                     "name": name,
+                    "sitting": sitting,
                     "round": repeat,
                     "updates_timed": args.updates - TIMED_FROM,
                     "s_per_update": round(seconds, 4),
                 }
             )
     for name in names:
-        cost = costs().get(name)
-        append({"kind": "cost", "name": name, **cost})
+        append({"kind": "cost", "name": name, **costs()[name]})
     write_manifest(args)
 
 
 def costs() -> dict[str, dict]:
     """Each calibrated candidate's cost: its median seconds per update and the median, over
-    rounds, of its time divided by the leader's in the same round."""
+    rounds, of its time divided by the leader's in the same round of the same sitting (a
+    candidate timed in several sittings pools its rounds)."""
     timings = [r for r in read_jsonl(RESULTS / "search.jsonl") if r["kind"] == "timing"]
-    leader = {r["round"]: r["s_per_update"] for r in timings if r["name"] == "leader"}
+
+    def when(record: dict) -> tuple:  # the first sitting's records predate the field
+        return record.get("sitting", "first"), record["round"]
+
+    leader = {when(r): r["s_per_update"] for r in timings if r["name"] == "leader"}
     result = {}
     for name in {r["name"] for r in timings}:
-        mine = [r for r in timings if r["name"] == name and r["round"] in leader]
-        ratios = [r["s_per_update"] / leader[r["round"]] for r in mine]
+        mine = [r for r in timings if r["name"] == name and when(r) in leader]
+        ratios = [r["s_per_update"] / leader[when(r)] for r in mine]
         seconds = [r["s_per_update"] for r in mine]
         result[name] = {
             "rounds": len(mine),

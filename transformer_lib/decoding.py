@@ -52,7 +52,7 @@ def greedy_search(
     return outputs
 
 
-# %% book/decoding.md:120 (cell 4)
+# %% book/decoding.md:122 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
     """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
@@ -78,62 +78,67 @@ def beam_search(
 ) -> list[Hypothesis]:
     """Batched beam search (§6.1): the best finished hypothesis of each of N sentences.
 
-    The state holds N rows on entry (one per sentence) and is expanded to N * beam_size rows.
+    The state holds N rows on entry (one per sentence); the first step runs on them (its k beams
+    would all be the same ``<s>``) and the state is then expanded to N * beam_size rows.
     ``max_lengths`` (N,) caps the output tokens of each sentence, ``</s>`` included.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     k, n, device = beam_size, len(max_lengths), max_lengths.device
-    state.select(torch.arange(n, device=device).repeat_interleave(k))
-    active = list(range(n))  # sentences still searching; the state holds k rows for each
-    scores = torch.zeros(n, k, device=device)  # (A, k) log-probabilities of the beams
-    scores[:, 1:] = float("-inf")  # all beams start as the same "<s>": keep only one of them
-    prefixes = torch.full((n, k, 1), bos_id, dtype=torch.long, device=device)  # (A, k, t)
+    active = torch.arange(n, device=device)  # (A,) sentences still searching
+    width = 1  # beams per sentence in the state: the k beams would all be the same "<s>" at first
+    scores = torch.zeros(n, 1, device=device)  # (A, width) log-probabilities of the beams
+    prefixes = torch.full((n, 1, 1), bos_id, dtype=torch.long, device=device)  # (A, width, t)
     finished: list[list[Hypothesis]] = [[] for _ in range(n)]
-    limits = max_lengths.tolist()
+    counts = torch.zeros(n, dtype=torch.long, device=device)  # (A,) finished hypotheses
     step = 0
-    while active:
+    while True:
         step += 1
-        logits = state.step(prefixes[:, :, -1].reshape(-1))  # (A * k, V)
+        logits = state.step(prefixes[:, :, -1].reshape(-1))  # (A * width, V)
+        vocab = logits.shape[-1]
+        if width < k and 2 * k > vocab:  # too few tokens to fill 2k candidates from one beam
+            state.select(torch.arange(len(active), device=device).repeat_interleave(k))
+            logits, prefixes = logits.repeat_interleave(k, dim=0), prefixes.expand(-1, k, -1)
+            scores = torch.cat([scores, scores.new_full((len(active), k - 1), float("-inf"))], 1)
+            width = k
         # Sum log-probabilities in at least float32 (bf16 logits would lose the ranking).
         scores = scores.to(torch.promote_types(logits.dtype, torch.float32))
-        vocab = logits.shape[-1]
-        log_probs = torch.log_softmax(logits.to(scores.dtype), dim=-1).view(len(active), k, vocab)
-        candidates = (scores[:, :, None] + log_probs).view(len(active), k * vocab)
-        top, index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (A, 2k), best first
+        log_probs = torch.log_softmax(logits.to(scores.dtype), dim=-1).view(len(active), width, -1)
+        candidates = (scores[:, :, None] + log_probs).view(len(active), width * vocab)
+        top, index = candidates.topk(min(2 * k, width * vocab), dim=1)  # (A, 2k), best first
         parent, token = index // vocab, index % vocab
-        at_limit = torch.tensor([limits[s] <= step for s in active], device=device)
+        at_limit = max_lengths[active] <= step  # (A,)
         ends = (token == eos_id) | at_limit[:, None]  # (A, 2k)
 
-        done = []
+        # Endings among the best k are finished hypotheses, while a sentence has fewer than k.
+        new = ends[:, :k] & (top[:, :k] > float("-inf"))  # (A, k)
         penalty = length_penalty(step, alpha)
-        rows = zip(top.tolist(), parent.tolist(), token.tolist(), ends.tolist(), strict=True)
-        for a, (top_a, parent_a, token_a, ends_a) in enumerate(rows):
-            sentence = finished[active[a]]
-            candidates = zip(top_a[:k], parent_a[:k], token_a[:k], ends_a[:k], strict=True)
-            for log_prob, beam, tok, end in candidates:
-                if end and len(sentence) < k and log_prob > float("-inf"):
-                    tokens = prefixes[a, beam, 1:].tolist() + ([] if tok == eos_id else [tok])
+        for a in new.any(dim=1).nonzero()[:, 0].tolist():  # few rows end at any one step
+            sentence = finished[int(active[a])]
+            for j in new[a].nonzero()[:, 0].tolist():
+                if len(sentence) < k:
+                    log_prob, tok = top[a, j].item(), int(token[a, j])
+                    ending = [] if tok == eos_id else [tok]  # cut at the limit: keep its token
+                    tokens = prefixes[a, parent[a, j], 1:].tolist() + ending
                     sentence.append(Hypothesis(tokens, log_prob, log_prob / penalty))
-            done.append(len(sentence) >= k or limits[active[a]] <= step)
+            counts[a] = len(sentence)
+        keep = ((counts < k) & ~at_limit).nonzero()[:, 0]  # (A',)
+        if not len(keep):
+            break
 
         # The next beams: the best k candidates that did not end (a stable sort keeps rank order).
         order = torch.sort(ends.to(torch.int8), dim=1, stable=True).indices[:, :k]  # (A, k)
-        keep = torch.tensor([a for a, d in enumerate(done) if not d], dtype=torch.long)
-        if not len(keep):
-            break
-        keep = keep.to(device)
         beams = parent.gather(1, order)[keep]  # (A', k) beam each new beam extends
-        state.select((keep[:, None] * k + beams).reshape(-1))
+        state.select((keep[:, None] * width + beams).reshape(-1))
         prefixes = torch.cat(
             [prefixes[keep[:, None], beams], token.gather(1, order)[keep][:, :, None]], dim=2
         )
         scores = top.gather(1, order)[keep]
-        active = [active[a] for a in keep.tolist()]
+        active, counts, width = active[keep], counts[keep], k
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:210 (cell 6)
+# %% book/decoding.md:217 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -160,26 +165,77 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:247 (cell 8)
+# %% book/decoding.md:260 (cell 8)
+from transformer_lib.model import _residual
+
+
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
-    every layer's keys and values (self-attention: all positions so far; encoder-decoder
-    attention: the encoder output's, computed once)."""
+    every layer's keys and values (self-attention: all positions so far, per row; encoder-decoder
+    attention: the encoder output's, computed once and kept once per sentence).
+
+    ``src`` (n, S) int64; ``src_mask`` (n, 1, 1, S) defaults to the padding mask. The state starts
+    with one row per sentence; ``select`` may repeat, reorder and drop rows.
+    """
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
         self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
-        self.memory = model.encode(src, self.src_mask)  # (N, S, d_model)
-        self.cache: dict = {}
+        self.memory = model.encode(src, self.src_mask)  # (n, S, d_model), one per sentence
+        self.sentence = torch.arange(len(src), device=src.device)  # (N,) sentence of each row
+        self.grouped = True  # rows are sentence 0's, then sentence 1's, ..., as many each
+        self.length = 0  # target positions decoded so far
+        self.cache: dict = {}  # per layer i: {"self": per row, "cross": per sentence}
+        for i, layer in enumerate(model.decoder.layers):  # the encoder side, once per sentence
+            cross = self.cache.setdefault(i, {}).setdefault("cross", {})
+            layer.cross_attn(
+                self.memory[:, :1], self.memory, self.memory, self.src_mask, cache=cross
+            )
 
     def step(self, tokens: Tensor) -> Tensor:
-        # One new position per row; no mask needed: it may see every earlier position.
-        states = self.model.decode(tokens[:, None], self.memory, self.src_mask, cache=self.cache)
-        return self.model.generator(states[:, -1])  # (N, V)
+        decoder = self.model.decoder
+        x = decoder.positions(decoder.embeddings(tokens[:, None]), self.length)  # (N, 1, d_model)
+        for i, layer in enumerate(decoder.layers):  # DecoderLayer.forward, sub-layer by sub-layer
+            x = _residual(layer, 0, x, lambda h, i=i: self._self_attention(i, h))
+            x = _residual(layer, 1, x, lambda h, i=i: self._cross_attention(i, h))
+            if layer.feed_forward is not None:
+                x = _residual(layer, 2, x, layer.feed_forward)
+        self.length += 1
+        return self.model.generator(decoder.norm(x)[:, -1])  # (N, V)
+
+    def _self_attention(self, i: int, h: Tensor) -> Tensor:
+        """Layer i's masked self-attention for the new positions h (N, 1, d_model). No mask is
+        needed: a new position may see every earlier one, whose keys and values the cache holds."""
+        own = self.cache[i].setdefault("self", {})  # per row
+        return self.model.decoder.layers[i].self_attn(h, h, h, None, cache=own)
+
+    def _cross_attention(self, i: int, h: Tensor) -> Tensor:
+        """Layer i's encoder-decoder attention for queries h (N, 1, d_model)."""
+        attention, cache = self.model.decoder.layers[i].cross_attn, self.cache[i]["cross"]
+        if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
+            n, d = len(self.memory), h.shape[-1]
+            out = attention(h.view(n, -1, d), self.memory, self.memory, self.src_mask, cache=cache)
+            return out.view(-1, 1, d)  # (n, k, d_model) -> (N, 1, d_model)
+        rows = {name: tensor.index_select(0, self.sentence) for name, tensor in cache.items()}
+        mask = self.src_mask.index_select(0, self.sentence)  # (N, 1, 1, S)
+        return attention(h, self.memory, self.memory, mask, cache=rows)
 
     def select(self, rows: Tensor) -> None:
-        self.memory, self.src_mask = self.memory[rows], self.src_mask[rows]
-        _select_rows(self.cache, rows)
+        for i in self.cache:
+            _select_rows(self.cache[i].get("self", {}), rows)
+        sentence = self.sentence[rows]
+        kept = torch.unique(sentence)  # sorted
+        if len(kept) < len(self.memory):  # sentences without rows are done: drop their side
+            self.memory = self.memory.index_select(0, kept)
+            self.src_mask = self.src_mask.index_select(0, kept)
+            for i in self.cache:
+                _select_rows(self.cache[i]["cross"], kept)
+            sentence = torch.searchsorted(kept, sentence)
+        self.sentence, n = sentence, len(kept)
+        if n == 0:  # no rows left
+            return
+        per_sentence = torch.arange(n, device=rows.device).repeat_interleave(len(rows) // n)
+        self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
 
 
 def _select_rows(cache: dict, rows: Tensor) -> None:
@@ -187,10 +243,12 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
         if isinstance(value, dict):
             _select_rows(value, rows)
         elif isinstance(value, Tensor):
-            cache[key] = value[rows]
+            # index_select, not value[rows]: the general indexing machinery is several times
+            # slower at copying whole rows (the chapter on inference engines measures it)
+            cache[key] = value.index_select(0, rows)
 
 
-# %% book/decoding.md:285 (cell 10)
+# %% book/decoding.md:351 (cell 10)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's."""
@@ -214,7 +272,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/decoding.md:330 (cell 12)
+# %% book/decoding.md:396 (cell 12)
 import warnings
 from collections.abc import Callable, Sequence
 

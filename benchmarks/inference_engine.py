@@ -1,0 +1,404 @@
+"""Time our PyTorch decoder against CTranslate2 on the same weights, in one run: a Multi30k test
+set translated by each, with beam 4 (α = 0.6) and greedy search; sentences per second, BLEU and
+peak memory of each, printed as ratios against CTranslate2 float32.
+
+The candidates, timed in turns round after round (``common.time_in_turns``):
+
+- ``ours``: ``transformer_lib.decoding.translate`` with the incremental decoder as it is now;
+- ``ours, cache per row``: the same search with the cache as it was before (the encoder output and
+  the encoder-decoder keys and values copied for every beam at every step, with PyTorch's general
+  indexing), the fixes' baseline, and ``ours, cache per row, index_select`` with the first fix;
+- ``CTranslate2 float32`` and ``CTranslate2 int8``: our model converted by ``transformer_lib.engine``.
+
+Each candidate gets its best batch size, chosen on the first sentences before the timed rounds.
+Besides the times it records where one batch's decoding time goes (a profile of the decoder's
+operations: matrix products, cache copies, the search's softmax and top-k, the other kernels,
+and the rest, Python and dispatch), the peak memory of each engine (each in a process of its own)
+and the earlier decoding goals (cached against re-running at 40 steps, ``decoding.py``'s).
+
+Record it on a quiet machine, with the shipped German-English model (about 10 minutes):
+``python benchmarks/inference_engine.py --model multi30k-de-en-laptop --threads 2``, which writes
+``results/inference-engine/ctranslate2.json``. A quick check on the ``ci`` model of the chapters:
+``python benchmarks/inference_engine.py --ci --sentences 200 --rounds 1 --no-save``.
+"""
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import common
+import decoding as decoding_benchmark
+import torch
+from torch import Tensor
+from torch.profiler import ProfilerActivity, profile
+
+from transformer_lib.attention import padding_mask
+from transformer_lib.data import load_multi30k
+from transformer_lib.decoding import GREEDY, SearchConfig, translate
+from transformer_lib.engine import CTranslate2Translator, require_ctranslate2
+from transformer_lib.evaluation import average_checkpoints, corpus_scores
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.pretrained import load_pretrained, model_folder, sha256
+from transformer_lib.recipe import cached_run
+from transformer_lib.tokenizer import VOCAB_SIZE, BPETokenizer
+
+SEARCHES = {"beam 4": SearchConfig(beam_size=4, alpha=0.6), "greedy": GREEDY}
+BATCH_SIZES = (32, 64, 128, 256)
+PEER = "CTranslate2 float32"
+GOAL = 1.3  # our time at most 1.3x CTranslate2 float32's
+INT8_BLEU_LOSS = 0.5  # int8 weights lose less BLEU than this
+# The profile's groups, by PyTorch operator (self time); everything else is "other kernels".
+GROUPS = {
+    "matrix products": ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "flash_attention"),
+    "cache copies": ("aten::index", "aten::index_select", "aten::cat", "aten::copy_"),
+    "softmax and top-k of the search": ("aten::_log_softmax", "aten::topk", "aten::sort"),
+}
+
+
+class PerRowDecoder:
+    """The incremental decoder's cache as it was: every row, beams included, holds its own copy of
+    the encoder output and of every layer's encoder-decoder keys and values, and ``select`` copies
+    them all at every step, with PyTorch's general indexing (``tensor[rows]``). The baseline of
+    the fixes the inference-engine chapter measures."""
+
+    def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
+        self.model = model
+        self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
+        self.memory = model.encode(src, self.src_mask)  # (N, S, d_model)
+        self.cache: dict = {}
+
+    def step(self, tokens: Tensor) -> Tensor:
+        states = self.model.decode(tokens[:, None], self.memory, self.src_mask, cache=self.cache)
+        return self.model.generator(states[:, -1])  # (N, V)
+
+    def select(self, rows: Tensor) -> None:
+        self.memory, self.src_mask = self.copy_rows(self.memory, rows), self.src_mask[rows]
+        self._select(self.cache, rows)
+
+    def _select(self, cache: dict, rows: Tensor) -> None:
+        for key, value in cache.items():
+            if isinstance(value, dict):
+                self._select(value, rows)
+            elif isinstance(value, Tensor):
+                cache[key] = self.copy_rows(value, rows)
+
+    @staticmethod
+    def copy_rows(tensor: Tensor, rows: Tensor) -> Tensor:
+        return tensor[rows]
+
+
+class PerRowIndexSelect(PerRowDecoder):
+    """The same cache per row, its rows copied with ``index_select``: the first fix alone."""
+
+    @staticmethod
+    def copy_rows(tensor: Tensor, rows: Tensor) -> Tensor:
+        return tensor.index_select(0, rows)
+
+
+def ci_model() -> tuple[Transformer, BPETokenizer, str]:
+    """The chapters' ``ci`` model (German to English), its last 5 checkpoints averaged (§6.1)
+    as the decoding chapter averages them, its tokenizer, and the run's folder name."""
+    run = cached_run("ci", "de", "en")
+    steps = sorted(
+        (run / "checkpoints").glob("step-*.pt"), key=lambda path: int(path.stem.split("-")[1])
+    )
+    averaged = average_checkpoints(steps[-5:])
+    model = Transformer(TransformerConfig(**averaged["config"]["model"]))
+    model.load_state_dict(averaged["model"])
+    return model.eval(), BPETokenizer.from_json(averaged["tokenizer"]), run.name
+
+
+def load(args: argparse.Namespace) -> tuple[Transformer, BPETokenizer, dict]:
+    """The model, its tokenizer, and what it is (name, languages, checksum) for the manifest."""
+    if args.ci:
+        model, tokenizer, run = ci_model()
+        about = {"model": f"ci run {run}, last 5 checkpoints averaged", "src": "de", "tgt": "en"}
+        return model, tokenizer, about
+    model, tokenizer = load_pretrained(args.model)
+    folder = model_folder(args.model)
+    about = {"model": args.model, "model_sha256": sha256(folder / "model.safetensors")}
+    return model, tokenizer, {**about, "src": model.run["src"], "tgt": model.run["tgt"]}
+
+
+def engines(model, tokenizer, threads: int) -> dict[str, Callable]:
+    """Each candidate as a function (sentences, search) -> translations."""
+    float32 = CTranslate2Translator(model, tokenizer, threads=threads)
+    int8 = CTranslate2Translator(model, tokenizer, quantize="int8", threads=threads)
+    return {
+        "ours": lambda sentences, search: translate(model, tokenizer, sentences, search),
+        "ours, cache per row": lambda sentences, search: translate(
+            model, tokenizer, sentences, search, decoder_state=PerRowDecoder
+        ),
+        "ours, cache per row, index_select": lambda sentences, search: translate(
+            model, tokenizer, sentences, search, decoder_state=PerRowIndexSelect
+        ),
+        PEER: float32.translate,
+        "CTranslate2 int8": int8.translate,
+    }
+
+
+def with_batch_size(search: SearchConfig, size: int) -> SearchConfig:
+    return SearchConfig(search.beam_size, search.alpha, search.extra_length, size)
+
+
+def best_batch_size(function, sources, search, sizes, clock=time.perf_counter):
+    """The batch size of ``sizes`` that translates ``sources`` fastest (one run each, after one
+    untimed run), and each size's seconds; with one size, only the untimed run."""
+    function(sources, with_batch_size(search, sizes[0]))  # warm-up
+    if len(sizes) == 1:
+        return sizes[0], {}
+    seconds = {}
+    for size in sizes:
+        started = clock()
+        function(sources, with_batch_size(search, size))
+        seconds[size] = clock() - started
+    return min(seconds, key=seconds.get), seconds
+
+
+def measure_search(
+    candidates, sources, references, search, rounds, sizes, calibrate, clock=time.perf_counter
+) -> dict:
+    """Every candidate on ``sources`` with its best batch size, timed in turns (wall time, or
+    the process's CPU time with ``clock=time.process_time``)."""
+    chosen, outputs, calls = {}, {}, {}
+    for name, function in candidates.items():
+        size, tried = best_batch_size(function, sources[:calibrate], search, sizes, clock)
+        chosen[name] = {"batch_size": size, "calibration_s": tried}
+        config = with_batch_size(search, size)
+
+        def call(function=function, config=config, name=name):
+            outputs[name] = function(sources, config)
+
+        calls[name] = call
+    times = common.time_in_turns(calls, rounds, 0, torch.device("cpu"), clock)
+    found = {}
+    for name, seconds in times.items():
+        found[name] = {
+            **chosen[name],
+            **common.summary(seconds),
+            "sentences_per_s": len(sources) / statistics.median(seconds),
+            "bleu": corpus_scores(outputs[name], references)["bleu"],
+        }
+    return found
+
+
+def categorise(events) -> dict[str, float]:
+    """Self time (seconds) of the profiled operators, by group."""
+    groups = dict.fromkeys([*GROUPS, "other kernels"], 0.0)
+    for event in events:
+        name = event.key
+        group = next((g for g, ops in GROUPS.items() if any(op in name for op in ops)), None)
+        groups[group or "other kernels"] += event.self_cpu_time_total / 1e6
+    return groups
+
+
+def profile_decoding(model, tokenizer, sources, search: SearchConfig) -> dict:
+    """Where one batch's decoding time goes: the operators' self time by group, and the rest of
+    the wall time (Python, dispatch, the profiler's own overhead) as "Python and dispatch"."""
+    config = with_batch_size(search, len(sources))
+    translate(model, tokenizer, sources, config)  # warm-up
+    started = time.perf_counter()
+    translate(model, tokenizer, sources, config)
+    unprofiled = time.perf_counter() - started
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        started = time.perf_counter()
+        translate(model, tokenizer, sources, config)
+        wall = time.perf_counter() - started
+    groups = categorise(profiler.key_averages())
+    groups["Python and dispatch"] = max(wall - sum(groups.values()), 0.0)
+    return {"sentences": len(sources), "wall_s": wall, "unprofiled_s": unprofiled, **groups}
+
+
+def peak_memory(args: argparse.Namespace, engine: str, batch_size: int) -> dict:
+    """Peak resident memory of a process that loads the model and translates the test set with
+    ``engine`` at beam 4: its own process, so that the other engines' memory is not counted."""
+    command = [sys.executable, __file__, "--memory-of", engine, "--memory-batch", str(batch_size)]
+    command += ["--ci"] if args.ci else ["--model", args.model]
+    command += ["--threads", str(args.threads), "--sentences", str(args.sentences or 0)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _status(field: str) -> float:
+    """A field of /proc/self/status in MiB (VmRSS: now, VmHWM: the peak)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def memory_child(args: argparse.Namespace) -> None:
+    """The ``--memory-of`` process: load, reset the peak, translate, print the peaks as JSON."""
+    model, tokenizer, about = load(args)
+    sources = [s for s, _ in load_multi30k("test_2016_flickr", about["src"], about["tgt"])]
+    sources = sources[: args.sentences or None]
+    function = engines_for_memory(model, tokenizer, args.threads)[args.memory_of]
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here
+    loaded = _status("VmRSS")
+    function(sources, with_batch_size(SEARCHES["beam 4"], args.memory_batch))
+    peak = _status("VmHWM")
+    print(json.dumps({"loaded_mib": loaded, "peak_mib": peak, "added_mib": peak - loaded}))
+
+
+def engines_for_memory(model, tokenizer, threads) -> dict[str, Callable]:
+    """Only the engine measured is built, so that no other holds memory in the process."""
+    return {
+        "ours": lambda s, c: translate(model, tokenizer, s, c),
+        PEER: lambda s, c: CTranslate2Translator(model, tokenizer, threads=threads).translate(s, c),
+        "CTranslate2 int8": lambda s, c: CTranslate2Translator(
+            model, tokenizer, quantize="int8", threads=threads
+        ).translate(s, c),
+    }
+
+
+def cached_against_rerunning(steps: int = 40) -> dict:
+    """The decoding benchmark's two CPU goals on its own random model, in this run: incremental
+    against re-running decoding for 32 sentences (5x) and for one (2x), at 40 steps."""
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        VOCAB_SIZE, VOCAB_SIZE, dropout=0.0, **decoding_benchmark.SIZES["small"]
+    )
+    model = Transformer(config).eval()
+    src = torch.randint(4, VOCAB_SIZE, (decoding_benchmark.BATCH, decoding_benchmark.SOURCE_LENGTH))
+    rows = dict(decoding_benchmark.rows_for(model, src, steps, with_slow_rows=False))
+    cpu = torch.device("cpu")
+    with torch.inference_mode():
+        seconds = {label: decoding_benchmark.best_time(f, cpu) for label, f in rows.items()}
+    found = []
+    for (slow, fast), target in decoding_benchmark.TARGETS.items():
+        if slow in seconds and fast in seconds:
+            ratio = seconds[slow] / seconds[fast]
+            found.append({"slow": slow, "fast": fast, "ratio": ratio, "target": target})
+    return {"steps": steps, "seconds": seconds, "ratios": found}
+
+
+def measure(args: argparse.Namespace) -> dict:
+    model, tokenizer, about = load(args)
+    pairs = load_multi30k(args.split, about["src"], about["tgt"])[: args.sentences or None]
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    candidates = engines(model, tokenizer, args.threads)
+    results = {
+        **about,
+        "split": args.split,
+        "sentences": len(sources),
+        "clock": args.clock,
+        "config": vars(model.config),
+    }
+    results["ctranslate2"] = require_ctranslate2().__version__
+    results["searches"] = {}
+    with torch.inference_mode():
+        for label, search in SEARCHES.items():
+            print(f"-- {label}: {len(sources)} sentences, {args.rounds} rounds in turns")
+            clock = time.process_time if args.clock == "cpu" else time.perf_counter
+            found = measure_search(
+                candidates, sources, references, search, args.rounds, args.batch_sizes, 200, clock
+            )
+            results["searches"][label] = found
+        print("-- where the time goes: one batch of 64 sentences at beam 4, profiled")
+        results["profile"] = profile_decoding(model, tokenizer, sources[:64], SEARCHES["beam 4"])
+    del candidates
+    gc.collect()
+    if not args.no_memory:
+        print("-- peak memory, each engine in a process of its own")
+        results["memory"] = {
+            name: peak_memory(args, name, results["searches"]["beam 4"][name]["batch_size"])
+            for name in ("ours", PEER, "CTranslate2 int8")
+        }
+    if not args.no_goals:
+        print("-- cached against re-running decoding, the decoding benchmark's goals")
+        results["cached_vs_rerun"] = cached_against_rerunning()
+    return results
+
+
+def report(results: dict) -> list[dict]:
+    """Print every figure against CTranslate2 float32's, and the goals' verdicts."""
+    lines = []
+    for label, found in results["searches"].items():
+        peer = found[PEER]
+        print(f"{label}: sentences/s (ratio above 1 = faster than {PEER}), BLEU")
+        for name, row in found.items():
+            line = common.compare(
+                f"{label}, {name} (batch {row['batch_size']})",
+                row["sentences_per_s"],
+                peer["sentences_per_s"],
+                "sent/s",
+            )
+            print(f"  {'':46} BLEU {row['bleu']:.2f} (CTranslate2 float32 {peer['bleu']:.2f})")
+            lines.append({**line, "search": label, "engine": name, "bleu": row["bleu"]})
+        slower = peer["sentences_per_s"] / found["ours"]["sentences_per_s"]
+        verdict = "meets" if slower <= GOAL else "MISSES"
+        print(f"  ours takes {slower:.2f}x {PEER}'s time ({verdict} the goal {GOAL}x)")
+        loss = peer["bleu"] - found["CTranslate2 int8"]["bleu"]
+        verdict = "meets" if loss < INT8_BLEU_LOSS else "MISSES"
+        print(
+            f"  int8 loses {loss:+.2f} BLEU against float32 ({verdict} the goal < {INT8_BLEU_LOSS})"
+        )
+    p = results["profile"]
+    print(
+        f"one batch of {p['sentences']} at beam 4: {p['wall_s']:.2f} s profiled ({p['unprofiled_s']:.2f} s not)"
+    )
+    for group in [*GROUPS, "other kernels", "Python and dispatch"]:
+        print(f"  {group:34} {p[group]:6.2f} s  {p[group] / p['wall_s']:6.1%}")
+    for name, memory in results.get("memory", {}).items():
+        print(
+            f"peak memory, {name:22} {memory['peak_mib']:7.0f} MiB ({memory['added_mib']:+.0f} MiB translating)"
+        )
+    for row in results.get("cached_vs_rerun", {}).get("ratios", []):
+        verdict = "meets" if row["ratio"] >= row["target"] else "MISSES"
+        print(
+            f"{row['slow']} / {row['fast']}: {row['ratio']:.1f}x ({verdict} the target {row['target']}x)"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--model", default="multi30k-de-en-laptop", help="a shipped model or folder")
+    which.add_argument("--ci", action="store_true", help="the chapters' cached ci model instead")
+    parser.add_argument("--split", default="test_2016_flickr", help="the Multi30k test set")
+    parser.add_argument("--sentences", type=int, help="only the first N sentences (a quick check)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of every engine (2)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds in turns (3)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time (default, for a quiet machine) or the process's CPU time (steadier on a "
+        "shared one; with one thread it equals wall time on an idle machine)",
+    )
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak memory")
+    parser.add_argument(
+        "--no-goals", action="store_true", help="skip the cached-against-re-running goals"
+    )
+    parser.add_argument("--out", type=Path, default=common.ROOT / "results" / "inference-engine")
+    parser.add_argument("--name", default="ctranslate2", help="the JSON file's name")
+    parser.add_argument("--no-save", action="store_true", help="print only, write no file")
+    parser.add_argument("--memory-of", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-batch", type=int, default=64, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.device = "cpu"
+    device = common.setup(parser, args)
+    if args.sentences is not None and args.sentences < 1:
+        parser.error(f"--sentences must be at least 1, got {args.sentences}")
+    if args.memory_of:
+        memory_child(args)
+        return
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads on {common.device_name(device)}"
+    )
+    results = measure(args)
+    results["comparisons"] = report(results)
+    common.save(args, device, "ctranslate2", results)
+
+
+if __name__ == "__main__":
+    main()
