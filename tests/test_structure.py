@@ -21,7 +21,9 @@ MODULES = sorted(path.stem for path in PACKAGE.glob("*.py"))
 # layers say what each part of the library is allowed to know about.
 LAYERS = [
     ["__init__"],  # the package itself: its version, and load_pretrained on first use
-    ["provenance"],  # atomic files, commit, machine: knows nothing of the model or the data
+    # atomic files, commit, machine; the user's mistakes on the command line: they know nothing
+    # of the model or the data
+    ["provenance", "usage"],
     ["attention", "checkpoints", "data", "distributed"],  # masks, files, processes
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
     # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
