@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from transformer_lib import cli, decoding, evaluation
+from transformer_lib import cli, engine, evaluation
 from transformer_lib.checkpoints import CheckpointError
 from transformer_lib.data import ChecksumError, DataError, DataNotFoundError
 from transformer_lib.report import ReportError
@@ -227,7 +227,7 @@ def test_translate_gives_one_line_per_line_in_even_with_unicode_separators(
         return [f"<{sentence}>" for sentence in sentences]
 
     monkeypatch.setattr(cli, "_load", lambda args: (None, None, {}, {}))
-    monkeypatch.setattr(decoding, "translate", translate)
+    monkeypatch.setattr(engine, "translate", translate)  # the name the command calls
     text = "Ein Hund\u2028läuft.\r\n\nZwei\u2029Katzen\x85schlafen.\n"
     stdin_of(monkeypatch, text.encode())
     assert cli.main(["translate", "--checkpoint", str(tmp_path / "x.pt")]) == 0
