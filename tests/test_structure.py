@@ -24,11 +24,15 @@ LAYERS = [
     ["provenance"],  # atomic files, commit, machine: knows nothing of the model or the data
     ["attention", "checkpoints", "data", "distributed"],  # masks, files, processes
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
-    # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
+    # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules;
+    # charts and explorers: the pictures of Part I; references: copies into PyTorch's modules)
     ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],
+    ["charts", "corpus", "explorers", "references"],
     ["evaluation", "performance"],  # BLEU and averaging; FLOPs (of both kinds of model)
     ["lengths", "recipe", "variations"],  # sentence lengths; a training recipe; Table 3's variants
     ["report", "sweep", "verdicts"],  # what a finished run or a sweep writes, and how it reads
+    # the solutions of Part I's exercises, which the chapters call
+    ["solutions_evaluation", "solutions_model", "solutions_training"],
     ["cli"],  # the command line only wires the others
     ["__main__"],  # ``python -m transformer_lib``
 ]
