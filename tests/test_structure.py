@@ -27,7 +27,7 @@ LAYERS = [
     # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules;
     # charts and explorers: the pictures of Part I; references: copies into PyTorch's modules)
     ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],
-    ["charts", "corpus", "explorers", "references"],
+    ["charts", "corpus", "explorers", "references", "tables"],
     ["evaluation", "performance"],  # BLEU and averaging; FLOPs (of both kinds of model)
     ["lengths", "recipe", "variations"],  # sentence lengths; a training recipe; Table 3's variants
     ["report", "sweep", "verdicts"],  # what a finished run or a sweep writes, and how it reads

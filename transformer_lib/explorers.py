@@ -113,3 +113,112 @@ def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
         .properties(width=row * longest, height=row * longest, title="the weight matrix")
     )
     return alt.hconcat(words, matrix).add_params(kind, layer, head)
+
+
+# %% book/figures.md:719 (cell 16)
+def unique(labels: list[str]) -> list[str]:
+    """Labels made distinct with invisible zero-width spaces, so that a repeated word ("a", "a")
+    keeps its own row and column on a categorical axis."""
+    seen: dict[str, int] = {}
+    result = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        result.append(label + "\u200b" * (seen[label] - 1))
+    return result
+
+
+def run_attention_chart(attention_by_run: dict):
+    """The attention of trained models as one heat map, with the run, the sentence, the kind of
+    attention, the layer and the head chosen below it: ``attention_by_run`` maps a run's name to
+    the contents of its report's attention.json."""
+    alt = _altair()
+    # Compact for the page: one row per query holding its whole row of weights, and the labels
+    # once per sentence and kind, joined and flattened in the browser.
+    rows, labels = [], []
+    names = list(attention_by_run)
+    for name, attention in attention_by_run.items():
+        for number, sentence in enumerate(attention["sentences"], start=1):
+            for kind, (query_axis, key_axis) in attention["axes"].items():
+                view = f"{name}|{number}|{kind}"
+                queries, keys = unique(sentence[query_axis]), unique(sentence[key_axis])
+                labels.append(
+                    {
+                        "view": view,
+                        "queries": queries,
+                        "key": keys,
+                        "key_pos": list(range(len(keys))),
+                    }
+                )
+                for layer, heads in enumerate(sentence["weights"][kind], start=1):
+                    for head, matrix in enumerate(heads, start=1):
+                        for i, weights in enumerate(matrix):
+                            rows.append(
+                                {
+                                    "view": view,
+                                    "layer": layer,
+                                    "head": head,
+                                    "query_pos": i,
+                                    "weight": weights,
+                                }
+                            )
+    first = next(iter(attention_by_run.values()))["sentences"][0]["weights"]["cross"]
+    n_layers, n_heads = len(first), len(first[0])
+    n_sentences = max(len(a["sentences"]) for a in attention_by_run.values())
+
+    run = alt.param(name="run", value=names[0], bind=alt.binding_select(options=names, name="run "))
+    sentence = alt.param(
+        name="sentence",
+        value=1,
+        bind=alt.binding_radio(options=list(range(1, n_sentences + 1)), name="sentence "),
+    )
+    kind = alt.param(
+        name="kind",
+        value="cross",
+        bind=alt.binding_select(
+            options=list(KIND_NAMES), labels=list(KIND_NAMES.values()), name="attention "
+        ),
+    )
+    layer = alt.param(
+        name="layer",
+        value=n_layers,
+        bind=alt.binding_radio(options=list(range(1, n_layers + 1)), name="layer "),
+    )
+    head = alt.param(
+        name="head",
+        value=1,
+        bind=alt.binding_radio(options=list(range(1, n_heads + 1)), name="head "),
+    )
+    return (
+        alt.Chart(alt.Data(values=rows))
+        .transform_filter(
+            (alt.datum.view == run + "|" + sentence + "|" + kind)
+            & (alt.datum.layer == layer)
+            & (alt.datum.head == head)
+        )
+        .transform_lookup(
+            lookup="view",
+            from_=alt.LookupData(alt.Data(values=labels), "view", ["queries", "key", "key_pos"]),
+        )
+        .transform_calculate(query="datum.queries[datum.query_pos]")
+        .transform_flatten(["key", "key_pos", "weight"])  # one datum per query and key
+        .mark_rect()
+        .encode(
+            x=alt.X(
+                "key:N",
+                sort=alt.EncodingSortField("key_pos"),
+                title="key (source tokens; for the decoder's self-attention, tokens read)",
+                axis=alt.Axis(labelAngle=-50),
+            ),
+            y=alt.Y(
+                "query:N",
+                sort=alt.EncodingSortField("query_pos"),
+                title="query (source, or target token written there)",
+            ),
+            color=alt.Color(
+                "weight:Q", scale=alt.Scale(scheme="blues", domain=[0, 1]), legend=None
+            ),
+            tooltip=["query:N", "key:N", alt.Tooltip("weight:Q", format=".3f")],
+        )
+        .properties(width=420, height=420)
+        .add_params(run, sentence, kind, layer, head)
+    )

@@ -23,7 +23,61 @@ from transformer_lib.diagrams import figure_2
 SVG = "{http://www.w3.org/2000/svg}"  # the namespace of the figures' elements
 
 
-# %% book/solutions.md:64 (cell 4)
+# %% book/solutions.md:65 (cell 4)
+import math
+
+import torch.nn.functional as F
+
+
+def smallest_depth(n: int, width: int) -> int:
+    """The smallest L with width**L >= n, in integers: no floating-point logarithm."""
+    depth = 0
+    while width**depth < n:
+        depth += 1
+    return depth
+
+
+def dilated_of_other_widths(convolution, layers_needed, lengths: list[int]) -> str:
+    """Background, exercise 1: path lengths of causal dilated stacks of width 2 and 5."""
+
+    def dilated_layer(width: int, dilation: int, d: int = 4):
+        layer = nn.Conv1d(d, d, width, dilation=dilation).double()
+        return lambda x: convolution(F.pad(x, (0, 0, dilation * (width - 1), 0)), layer)
+
+    lengths, lines = sorted([*lengths, 125]), []
+    for width in (2, 5):
+        measured = [layers_needed(lambda i, w=width: dilated_layer(w, w**i), n) for n in lengths]
+        assert measured == [smallest_depth(n, width) for n in lengths], (width, measured)
+        lines.append(f"k = {width}: n = {lengths}, layers {measured}")
+    floating = math.ceil(math.log(125, 5))
+    assert floating != smallest_depth(125, 5)
+    lines.append(f"n = 125, k = 5: {floating} by ceil(log), {smallest_depth(125, 5)} by integers")
+    return "\n".join(lines)
+
+
+# %% book/solutions.md:105 (cell 6)
+def where_attention_stops_being_cheaper(four_layers, count_flops, kernel: int, r: int) -> str:
+    """Background, exercise 2: the first n where self-attention costs at least as much as the
+    recurrent layer and the convolution, for d = 256, against the closed forms."""
+    width, high = 256, 512
+    layers = four_layers(width, kernel, r)
+
+    def first_length(rival: str) -> int:
+        low, top = 1, high
+        while low < top:
+            middle = (low + top) // 2
+            x = torch.randn(middle, width)
+            costs = count_flops(layers["self-attention"], x) >= count_flops(layers[rival], x)
+            low, top = (low, middle) if costs else (middle + 1, top)
+        return low
+
+    crossings = {rival: first_length(rival) for rival in ("recurrent", "convolutional")}
+    assert crossings["recurrent"] == width
+    assert crossings["convolutional"] == math.ceil(kernel * width / 2)
+    return f"d = {width}: self-attention is no longer cheaper from n = {crossings}"
+
+
+# %% book/solutions.md:138 (cell 8)
 def additive_attention(query, key, value, w_query, w_key, w, mask=None):
     """softmax(w^T tanh(q W_q + k W_k)) V (§3.2.1). w_query, w_key: (d_k, d_a); w: (d_a,)."""
     hidden = torch.tanh((query @ w_query)[..., :, None, :] + (key @ w_key)[..., None, :, :])
@@ -53,7 +107,7 @@ def additive_attention_checked() -> str:
     return "additive attention: the shapes of scaled dot-product attention, masked keys weigh 0"
 
 
-# %% book/solutions.md:101 (cell 6)
+# %% book/solutions.md:175 (cell 10)
 def masks_hide_what_they_should() -> str:
     """Attention, exercise 2: what the decoder's mask hides cannot change the visible outputs."""
     torch.manual_seed(0)
@@ -73,7 +127,7 @@ def masks_hide_what_they_should() -> str:
     return "with the mask, later positions and padding change nothing before them"
 
 
-# %% book/solutions.md:128 (cell 8)
+# %% book/solutions.md:202 (cell 12)
 def one_head_at_a_time() -> str:
     """Attention, exercise 3: the heads computed one by one, concatenated, then W^O."""
     torch.manual_seed(0)
@@ -92,7 +146,7 @@ def one_head_at_a_time() -> str:
     return f"largest difference from the module: {difference:.1e}"
 
 
-# %% book/solutions.md:153 (cell 10)
+# %% book/solutions.md:227 (cell 14)
 def big_figure_2() -> str:
     """Attention, exercise 4: Figure 2 for Table 3's big model, checked; returns the SVG."""
     big = MultiHeadAttention(d_model=1024, n_heads=16)
@@ -102,7 +156,7 @@ def big_figure_2() -> str:
     return drawing
 
 
-# %% book/solutions.md:172 (cell 12)
+# %% book/solutions.md:246 (cell 16)
 from transformer_lib.diagrams import figure_1
 from transformer_lib.model import DecoderLayer, EncoderLayer, Transformer, TransformerConfig
 
@@ -122,7 +176,7 @@ def big_pre_ln_figure_1() -> str:
     return drawing
 
 
-# %% book/solutions.md:200 (cell 14)
+# %% book/solutions.md:274 (cell 18)
 def layer_parameters_by_hand(d_model: int, d_ff: int, decoder: bool) -> int:
     """The parameters of one encoder or decoder layer (§3.1), counted by formula."""
     attention = 4 * d_model * d_model + 4 * d_model  # W^Q, W^K, W^V, W^O and their biases
@@ -144,7 +198,7 @@ def layer_parameters_checked() -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:230 (cell 16)
+# %% book/solutions.md:304 (cell 20)
 from transformer_lib.model import sinusoidal_encoding
 
 
@@ -163,7 +217,7 @@ def relative_positions_further(shift_matrix) -> str:
     return "\n".join(lines + ["M_j M_k = M_(j+k) and M_k M_(-k) = I hold"])
 
 
-# %% book/solutions.md:256 (cell 18)
+# %% book/solutions.md:330 (cell 22)
 from transformer_lib.references import embedded, torch_masks, transformer_into_torch
 
 

@@ -81,7 +81,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:260 (cell 16)
+# %% book/training.md:264 (cell 16)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business."""
@@ -107,7 +107,7 @@ class TrainingConfig:
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:301 (cell 18)
+# %% book/training.md:305 (cell 18)
 def update_step(
     network: nn.Module,
     group: Sequence,
@@ -145,7 +145,7 @@ def update_step(
     return total, local
 
 
-# %% book/training_loop.md:59 (cell 3)
+# %% book/training_loop.md:61 (cell 3)
 import json
 import random
 import time
@@ -398,3 +398,17 @@ def train(
         "valid": last_valid,
         "finished": step >= config.max_steps,
     }
+
+
+# %% book/training_loop.md:321 (cell 5)
+import tempfile
+
+
+def train_without_files(
+    model: nn.Module, batches: Callable[[int], Sequence], config: TrainingConfig, **options
+) -> dict:
+    """``train`` in a temporary folder, deleted afterwards: for a toy run whose metrics and
+    checkpoints nobody reads. ``options`` are train's keyword arguments (``d_model`` and
+    ``pad_id`` among them); returns its summary."""
+    with tempfile.TemporaryDirectory(prefix="run-") as folder:
+        return train(model, batches, config, Path(folder), progress=False, **options)
