@@ -81,7 +81,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:264 (cell 16)
+# %% book/training.md:293 (cell 19)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business."""
@@ -107,7 +107,7 @@ class TrainingConfig:
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:305 (cell 18)
+# %% book/training.md:334 (cell 21)
 def update_step(
     network: nn.Module,
     group: Sequence,
