@@ -19,7 +19,8 @@ Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does six things
 * **The right repository.** ``BOOK_REPOSITORY=<owner>/<name>`` in the environment (the publishing
   workflow sets it) points the repository, issue and launch buttons at that repository.
 * **Code that fits.** A stylesheet narrows the "On this page" column and the code font a little,
-  so that a line of code of 100 characters fits the text column at a laptop's width.
+  so that a line of code of 100 characters fits the text column at a laptop's width; long output
+  lines wrap there, and tables take a smaller font on a phone.
 * **Clean consoles.** sphinx-thebe can register its configuration script twice, which throws
   "Identifier 'THEBE_JS_URL' has already been declared" on every page; we drop exact duplicates.
 """
@@ -96,10 +97,19 @@ FIT_CSS = f"{STATIC_DIR}/fit.css"
 # At a laptop's width (1280 px) the theme's text column holds about 77 characters of code at its
 # 14 px, beside a 272 px column "On this page"; the book's code is formatted to 100 characters.
 # A narrower "On this page" column (11rem) and code at 0.78rem (12.5 px) make a line of 100
-# characters fit without scrolling; on a phone, code still scrolls inside its own box.
+# characters fit without scrolling. Outputs longer than the column (an error message, a dict)
+# wrap on a screen at least 768 px wide; on a phone, code and outputs keep their lines (aligned
+# columns of numbers stay aligned) and scroll inside their own box, and tables shrink their text.
 FIT_RULES = """\
 html { --pst-sidebar-secondary: 11rem; }
 .bd-article div.highlight pre { font-size: 0.78rem; padding: 0.75rem; }
+@media (min-width: 768px) {
+  .bd-article div.cell_output pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+}
+@media (max-width: 576px) {
+  .bd-article table { font-size: 0.8rem; }
+  .bd-article table td, .bd-article table th { padding: 0.25rem 0.35rem; }
+}
 """
 
 

@@ -177,7 +177,8 @@ def encode_pairs(
 @dataclass(frozen=True, eq=False)
 class BatchesByLength:
     """The training loop's ``batches(epoch)`` (§5.1, batches by approximate length):
-    :func:`make_batches` with everything but the epoch fixed. ``max_tokens`` is per process and per batch (the paper's 25,000 is per update)."""
+    :func:`make_batches` with everything but the epoch fixed. ``max_tokens`` is per process and
+    per batch (the paper's 25,000 is per update)."""
 
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]]  # encoded pairs, see encode_pairs
     max_tokens: int  # budget for each of the padded source and target tensors

@@ -22,7 +22,7 @@ KIND_NAMES = {
 
 
 def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
-    """Lines from each query word to the keys it attends to, beside the weight matrix: an altair
+    """Lines from each query word to the keys it attends to, above the weight matrix: an altair
     chart of ``records`` (rows of inspection.attention_records), with the kind of attention,
     the layer and the head chosen below it."""
     alt = _altair()
@@ -112,10 +112,11 @@ def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
         )
         .properties(width=row * longest, height=row * longest, title="the weight matrix")
     )
-    return alt.hconcat(words, matrix).add_params(kind, layer, head)
+    # One above the other, so that the two fit a phone's width as well as a laptop's.
+    return alt.vconcat(words, matrix).add_params(kind, layer, head)
 
 
-# %% book/figures.md:1172 (cell 32)
+# %% book/figures.md:1173 (cell 32)
 def unique(labels: list[str]) -> list[str]:
     """Labels made distinct with invisible zero-width spaces, so that a repeated word ("a", "a")
     keeps its own row and column on a categorical axis."""
@@ -219,6 +220,6 @@ def run_attention_chart(attention_by_run: dict):
             ),
             tooltip=["query:N", "key:N", alt.Tooltip("weight:Q", format=".3f")],
         )
-        .properties(width=420, height=420)
+        .properties(width="container", height=420)  # as wide as the page's column
         .add_params(run, sentence, kind, layer, head)
     )
