@@ -28,11 +28,15 @@ LAYERS = [
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
     # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
     ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],
-    ["pretrained"],  # the shipped models' folders: safetensors, config, tokenizer, checksums
+    # the shipped models' folders (safetensors, config, tokenizer, checksums); the pictures, tables
+    # and corpus measurements of Part I; copies into PyTorch's modules
+    ["charts", "corpus", "explorers", "pretrained", "references", "tables"],
     # BLEU and averaging; the CTranslate2 engine; ONNX graphs; FLOPs (of both kinds of model)
     ["engine", "evaluation", "export", "performance"],
     ["lengths", "recipe", "variations"],  # sentence lengths; a training recipe; Table 3's variants
     ["report", "sweep", "verdicts"],  # what a finished run or a sweep writes, and how it reads
+    # the solutions of Part I's exercises, which the chapters call
+    ["solutions_evaluation", "solutions_model", "solutions_training"],
     ["cli"],  # the command line only wires the others
     ["__main__"],  # ``python -m transformer_lib``
 ]

@@ -1,12 +1,17 @@
-"""How much of each chapter a reader sees as code: visible code lines against all its lines.
+"""How much of each chapter is code: the code a reader sees, and all the code a notebook holds.
 
-A code cell is visible unless a tag collapses or removes its input (``hide-input``,
-``hide-cell``, ``remove-input``, ``remove-cell``). Lines are counted without the file's jupytext
-header and without blank lines. The book's Part I keeps visible code at or below ``--limit`` of
-a chapter (the idea being taught is expanded; plumbing is imported or collapsed).
+Two shares of a chapter's non-blank lines (the jupytext header left out):
+
+- **visible**: code cells that are shown expanded on the website. A cell is collapsed or removed
+  there by a tag (``hide-input``, ``hide-cell``, ``remove-input``, ``remove-cell``);
+- **all code**: every code cell, collapsed or not. In Jupyter the website's collapsed cells are
+  ordinary cells, so this is the share of code a reader meets who runs the chapter as a notebook.
+
+Part I keeps visible code at or below ``--visible`` and all code at or below ``--all`` of each
+chapter: the idea being taught is expanded, plumbing lives in Part II and is imported.
 
     python tools/code_share.py              # a table of every chapter in _toc.yml
-    python tools/code_share.py --check      # fail when a Part I chapter is over the limit
+    python tools/code_share.py --check      # fail when a Part I chapter is over either limit
 """
 
 import argparse
@@ -18,6 +23,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDING_TAGS = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+VISIBLE_LIMIT = 0.45  # Part I's largest share of visible code
+ALL_CODE_LIMIT = 0.60  # Part I's largest share of code, collapsed cells counted
+# Part I chapters the limits do not hold for yet, each with the reason.
+EXCEPTIONS = {
+    "book/variations": "its sweep machinery is moving to Part II; it is measured, not yet held",
+}
 
 
 def parts(toc: dict) -> list[tuple[str, list[str]]]:
@@ -32,7 +43,8 @@ def parts(toc: dict) -> list[tuple[str, list[str]]]:
 
 
 def count(chapter: Path) -> dict:
-    """Non-blank lines of prose, of visible code and of collapsed or removed code."""
+    """Non-blank lines of prose, of visible code and of collapsed or removed code, and the two
+    shares: ``visible_share`` (visible code) and ``code_share`` (all code)."""
     notebook = jupytext.read(chapter)
     counts = {"prose": 0, "visible": 0, "hidden": 0}
     for cell in notebook.cells:
@@ -44,31 +56,49 @@ def count(chapter: Path) -> dict:
         else:
             counts["visible"] += lines
     counts["total"] = sum(counts.values())
-    counts["share"] = counts["visible"] / max(counts["total"], 1)
+    total = max(counts["total"], 1)
+    counts["visible_share"] = counts["visible"] / total
+    counts["code_share"] = (counts["visible"] + counts["hidden"]) / total
     return counts
+
+
+def over_limits(name: str, c: dict, visible: float, all_code: float) -> list[str]:
+    """The limits a Part I chapter exceeds, as text (none for an exception)."""
+    if name in EXCEPTIONS:
+        return []
+    problems = []
+    if c["visible_share"] > visible:
+        problems.append(f"{name}: {c['visible_share']:.1%} visible code (limit {visible:.0%})")
+    if c["code_share"] > all_code:
+        problems.append(f"{name}: {c['code_share']:.1%} code in all (limit {all_code:.0%})")
+    return problems
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=float, default=0.45, help="Part I's largest share")
-    parser.add_argument("--check", action="store_true", help="exit 1 when over the limit")
+    parser.add_argument("--visible", type=float, default=VISIBLE_LIMIT, help="visible code")
+    parser.add_argument("--all", type=float, default=ALL_CODE_LIMIT, help="all code")
+    parser.add_argument("--check", action="store_true", help="exit 1 when over a limit")
     args = parser.parse_args()
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     over = []
-    print(f"{'chapter':28} {'lines':>6} {'prose':>6} {'code':>6} {'hidden':>6} {'code %':>7}")
+    print(
+        f"{'chapter':28} {'lines':>6} {'prose':>6} {'code':>6} {'hidden':>6} "
+        f"{'visible %':>9} {'all code %':>10}"
+    )
     for number, (caption, files) in enumerate(parts(toc)):
         print(f"-- {caption or 'chapters'}")
         for name in files:
-            path = ROOT / f"{name}.md"
-            c = count(path)
+            c = count(ROOT / f"{name}.md")
+            note = "  (not held: see EXCEPTIONS)" if number == 0 and name in EXCEPTIONS else ""
             print(
-                f"{name:28} {c['total']:6d} {c['prose']:6d} {c['visible']:6d} "
-                f"{c['hidden']:6d} {c['share']:7.0%}"
+                f"{name:28} {c['total']:6d} {c['prose']:6d} {c['visible']:6d} {c['hidden']:6d} "
+                f"{c['visible_share']:9.0%} {c['code_share']:10.0%}{note}"
             )
-            if number == 0 and c["share"] > args.limit:
-                over.append(f"{name} ({c['share']:.0%})")
+            if number == 0:
+                over += over_limits(name, c, args.visible, args.all)
     if args.check and over:
-        print(f"over {args.limit:.0%} visible code: {', '.join(over)}", file=sys.stderr)
+        print("over the limits:\n  " + "\n  ".join(over), file=sys.stderr)
         return 1
     return 0
 
