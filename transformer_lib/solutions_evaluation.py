@@ -15,7 +15,7 @@ from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.decoding import IncrementalDecoder, SearchConfig, beam_search, length_penalty
 from transformer_lib.evaluation import average_checkpoints, pad_sources
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.tokenizer import BOS_ID, EOS_ID
+from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 
 
 # %% book/solutions.md:688 (cell 50)
@@ -97,9 +97,10 @@ def hand_average(states: list[dict]) -> dict:
     return {key: sum(state[key] for state in states) / len(states) for key in states[0]}
 
 
-def averaging_by_hand(checkpoints: list[Path], tokenizer, pairs: list[tuple[str, str]]) -> str:
+def averaging_by_hand(checkpoints: list[Path], pairs: list[tuple[str, str]]) -> str:
     """Decoding, exercise 3: the library's average against one in float32, for the last two and
-    three ``checkpoints``; then the averaged model's logits on ``pairs`` against the mean."""
+    three ``checkpoints`` of a run; then the averaged model's logits on ``pairs`` against the
+    mean (the model's configuration and tokenizer are the last checkpoint's)."""
     states = [load_checkpoint(path)["model"] for path in checkpoints[-3:]]
     two = hand_average(states[-2:])
     library_two = average_checkpoints(checkpoints[-2:])["model"]
@@ -112,7 +113,8 @@ def averaging_by_hand(checkpoints: list[Path], tokenizer, pairs: list[tuple[str,
     for key in three:
         magnitude = sum(state[key].abs() for state in states) / len(states)
         assert ((three[key] - library_three[key]).abs() <= 2 * eps32 * magnitude).all(), key
-    config = load_checkpoint(checkpoints[-1])["config"]["model"]
+    last = load_checkpoint(checkpoints[-1])
+    config, tokenizer = last["config"]["model"], BPETokenizer.from_json(last["tokenizer"])
     batch = collate([(tokenizer.encode(s), tokenizer.encode(t)) for s, t in pairs])
     logits = []
     for state in [*states[-2:], two]:
@@ -128,12 +130,12 @@ def averaging_by_hand(checkpoints: list[Path], tokenizer, pairs: list[tuple[str,
     )
 
 
-# %% book/solutions.md:819 (cell 56)
+# %% book/solutions.md:821 (cell 56)
 from transformer_lib.decoding import GREEDY, greedy_search, translate
 from transformer_lib.inspection import attention_maps
 
 
-# %% book/solutions.md:830 (cell 58)
+# %% book/solutions.md:832 (cell 58)
 def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
     """The walkthrough, exercise 1: the second test sentence of 8 to 14 words, through the
     chapter's ``greedy_steps`` and ``beam_steps``, checked against translate."""
@@ -149,7 +151,7 @@ def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
     return f"{other}\npieces:{pieces}\ngreedy: {outputs[0]}\nbeam 4: {outputs[1]}"
 
 
-# %% book/solutions.md:853 (cell 60)
+# %% book/solutions.md:855 (cell 60)
 def alpha_in_the_loop(model, tokenizer, sentence: str, src, beam_steps) -> str:
     """The walkthrough, exercise 2: the chapter's ``beam_steps`` at α = 0, 0.6 and 1.5."""
     runs, lines = {}, []
@@ -165,7 +167,7 @@ def alpha_in_the_loop(model, tokenizer, sentence: str, src, beam_steps) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:876 (cell 62)
+# %% book/solutions.md:878 (cell 62)
 def where_greedy_and_beam_part(model, src, greedy_ids, best_tokens, greedy_table, piece) -> str:
     """The walkthrough, exercise 3: the first output position where the two searches differ."""
     limit = torch.tensor([min(src.shape[1] + 50, model.config.max_len)])
@@ -186,7 +188,7 @@ def where_greedy_and_beam_part(model, src, greedy_ids, best_tokens, greedy_table
     )
 
 
-# %% book/solutions.md:904 (cell 64)
+# %% book/solutions.md:906 (cell 64)
 def mean_entropy(weights: torch.Tensor) -> torch.Tensor:
     """(..., L_q, L_k) weights -> (...,) the entropy of a row in nats, averaged over the rows."""
     return torch.distributions.Categorical(probs=weights).entropy().mean(-1)
@@ -210,7 +212,7 @@ def attention_entropy_by_layer(model, src, greedy_ids, weights, entropy) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:931 (cell 66)
+# %% book/solutions.md:933 (cell 66)
 import numpy as np
 import sacrebleu
 
@@ -226,7 +228,7 @@ def _references(report: dict, split: str) -> list[str]:
     return [tgt for _, tgt in load_multi30k(split, bleu["src"], bleu["tgt"])][: entry["sentences"]]
 
 
-# %% book/solutions.md:953 (cell 68)
+# %% book/solutions.md:955 (cell 68)
 def every_score_recomputed(reports: dict) -> str:
     """The real run, exercise 1: chrF and lowercased BLEU of every report, recomputed."""
     for report in reports.values():
@@ -240,7 +242,7 @@ def every_score_recomputed(reports: dict) -> str:
     return "chrF and lowercased BLEU agree with sacreBLEU for every run and test set"
 
 
-# %% book/solutions.md:974 (cell 70)
+# %% book/solutions.md:976 (cell 70)
 def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     """The real run, exercise 2: the 95% half-width of BLEU by the bootstrap, against sacreBLEU."""
     entry, metric = report["bleu"]["splits"][split], sacrebleu.BLEU()
@@ -265,7 +267,7 @@ def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     return f"BLEU {entry['bleu']:.1f} ± {ours:.2f} (our bootstrap), ± {theirs:.2f} (sacreBLEU's)"
 
 
-# %% book/solutions.md:1007 (cell 72)
+# %% book/solutions.md:1009 (cell 72)
 def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
     """The real run, exercise 3: length ratio, brevity penalty and BLEU of the averaged ci
     model (German to English) at α = 0, 0.6 and 1.2; ``folder`` receives the average."""
