@@ -78,12 +78,13 @@ def _git(*command: str) -> str | None:
 
 
 def git_commit() -> dict:
-    """The commit of the code and whether the working tree differs from it; from
-    ``$TRANSFORMER_LIB_COMMIT`` where the code is not a git checkout."""
+    """The commit of the code and whether the working tree's code differs from it; from
+    ``$TRANSFORMER_LIB_COMMIT`` where the code is not a git checkout. Changes under ``results/``
+    do not count: they are what runs write, such as a report replacing the one in the commit."""
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return {"git_commit": os.environ.get(COMMIT_ENV), "git_source": "environment"}
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return {"git_commit": commit, "git_dirty": bool(status), "git_source": "git"}
 
 
