@@ -110,7 +110,7 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
     }
 
 
-# %% book/runs.md:754 (cell 24)
+# %% book/runs.md:755 (cell 24)
 def _samples_markdown(
     pairs, translations, src: str, tgt: str, steps: list[int], search: SearchConfig
 ) -> str:
@@ -253,7 +253,7 @@ def write_report(
     return bleu
 
 
-# %% book/runs.md:901 (cell 26)
+# %% book/runs.md:902 (cell 26)
 def read_report(folder: Path) -> dict:
     """The files of a report folder, parsed: ``config``, ``metrics`` (a list of records),
     ``bleu``, ``samples`` (Markdown text), ``attention``, ``manifest`` and ``hypotheses``
