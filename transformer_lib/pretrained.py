@@ -15,14 +15,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
+import transformer_lib
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.provenance import atomic_file, write_json, write_text_atomically
 from transformer_lib.tokenizer import BPETokenizer
 
 MODEL_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 FORMAT = 1  # the layout of these files; a reader of another layout refuses them
-# Where named models live: the results/ folder of the checkout this package is imported from.
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+# Where named models live: the results/ folder of the checkout this package is imported from
+# (found from the package, so that this cell runs in a notebook too, where __file__ is not set).
+RESULTS = Path(transformer_lib.__file__).resolve().parent.parent / "results"
 
 
 class PretrainedError(ValueError):
@@ -67,7 +69,7 @@ def unique_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
-# %% book/runs.md:1028 (cell 30)
+# %% book/runs.md:1030 (cell 30)
 def save_pretrained(
     model: Transformer, tokenizer: BPETokenizer, config: dict, folder: str | os.PathLike
 ) -> dict:
@@ -97,7 +99,7 @@ def save_pretrained(
     return entry
 
 
-# %% book/runs.md:1064 (cell 32)
+# %% book/runs.md:1066 (cell 32)
 def available_models() -> list[str]:
     """The names of the model folders in this checkout's ``results/``."""
     if not RESULTS.is_dir():
