@@ -220,7 +220,8 @@ def peak_memory(args: argparse.Namespace, engine: str, batch_size: int) -> dict:
     ``engine`` at beam 4: its own process, so that the other engines' memory is not counted."""
     command = [sys.executable, __file__, "--memory-of", engine, "--memory-batch", str(batch_size)]
     command += ["--ci"] if args.ci else ["--model", args.model]
-    command += ["--threads", str(args.threads), "--sentences", str(args.sentences or 0)]
+    command += ["--threads", str(args.threads)]
+    command += ["--sentences", str(args.sentences)] if args.sentences else []  # else all of them
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
