@@ -170,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     if not index_path.is_file():
         print(f"translator_report: {index_path} not found: run make book first", file=sys.stderr)
         return 2
+    web_package = ROOT / "node_modules/onnxruntime-web/package.json"
+    if not web_package.is_file():  # checked first: the manifest names the page's runtime
+        print(f"translator_report: {web_package} not found: run make book first", file=sys.stderr)
+        return 2
     started, load_before = time.perf_counter(), os.getloadavg()
     index = {**json.loads(index_path.read_text()), "folder": str(args.site / MODELS)}
     measured = {
@@ -181,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.out / name, value)
     import onnxruntime
 
-    web = json.loads((ROOT / "node_modules/onnxruntime-web/package.json").read_text())["version"]
+    web = json.loads(web_package.read_text())["version"]
     write_json(
         args.out / "manifest.json",
         {
