@@ -123,14 +123,15 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
     known = {v.name for v in variants} | {v.row for v in variants}
     unknown = [w for w in wanted if w not in known]
     if unknown:
+        names, rows = [v.name for v in variants], dict.fromkeys(v.row for v in variants)
         raise SweepError(
             f"unknown variant or row {', '.join(unknown)}: choose from "
-            f"{', '.join(v.name for v in variants)} or the rows {', '.join(dict.fromkeys(v.row for v in variants))}"
+            f"{', '.join(names)} or the rows {', '.join(rows)}"
         )
     return [v for v in variants if v.name in wanted or v.row in wanted]
 
 
-# %% book/sweep.md:393 (cell 16)
+# %% book/sweep.md:394 (cell 16)
 def sweep_variants(
     profile: SweepProfile, vocab_size: int, max_steps: int | None = None
 ) -> list[Variant]:
@@ -239,7 +240,7 @@ def replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Variant
     ]
 
 
-# %% book/sweep.md:518 (cell 18)
+# %% book/sweep.md:519 (cell 18)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
