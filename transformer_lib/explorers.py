@@ -21,11 +21,9 @@ KIND_NAMES = {
 }
 
 
-def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
-    """Lines from each query word to the keys it attends to, above the weight matrix: an altair
-    chart of ``records`` (rows of inspection.attention_records), with the kind of attention,
-    the layer and the head chosen below it."""
-    alt = _altair()
+def _attention_choices(alt, n_layers: int, n_heads: int) -> tuple:
+    """The explorers' three choices below a chart: the kind of attention (encoder-decoder
+    first), the layer (the last first) and the head."""
     kind = alt.param(
         name="kind",
         value="cross",
@@ -43,6 +41,15 @@ def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
         value=1,
         bind=alt.binding_radio(options=list(range(1, n_heads + 1)), name="head "),
     )
+    return kind, layer, head
+
+
+def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
+    """Lines from each query word to the keys it attends to, above the weight matrix: an altair
+    chart of ``records`` (rows of inspection.attention_records), with the kind of attention,
+    the layer and the head chosen below it."""
+    alt = _altair()
+    kind, layer, head = _attention_choices(alt, n_layers, n_heads)
     # The query word under the pointer; with none, conditions are false and filters keep all.
     hover = alt.selection_point(
         name="hover", on="pointerover", fields=["query_pos"], clear="pointerout", empty=False
@@ -116,7 +123,7 @@ def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
     return alt.vconcat(words, matrix).add_params(kind, layer, head)
 
 
-# %% book/figures.md:1173 (cell 32)
+# %% book/figures.md:1180 (cell 32)
 def unique(labels: list[str]) -> list[str]:
     """Labels made distinct with invisible zero-width spaces, so that a repeated word ("a", "a")
     keeps its own row and column on a categorical axis."""
@@ -172,23 +179,7 @@ def run_attention_chart(attention_by_run: dict):
         value=1,
         bind=alt.binding_radio(options=list(range(1, n_sentences + 1)), name="sentence "),
     )
-    kind = alt.param(
-        name="kind",
-        value="cross",
-        bind=alt.binding_select(
-            options=list(KIND_NAMES), labels=list(KIND_NAMES.values()), name="attention "
-        ),
-    )
-    layer = alt.param(
-        name="layer",
-        value=n_layers,
-        bind=alt.binding_radio(options=list(range(1, n_layers + 1)), name="layer "),
-    )
-    head = alt.param(
-        name="head",
-        value=1,
-        bind=alt.binding_radio(options=list(range(1, n_heads + 1)), name="head "),
-    )
+    kind, layer, head = _attention_choices(alt, n_layers, n_heads)
     return (
         alt.Chart(alt.Data(values=rows))
         .transform_filter(
