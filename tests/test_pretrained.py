@@ -76,6 +76,26 @@ def test_a_saved_folder_reloads_into_the_same_model(folder, tokenizer):
     assert recorded == {name: sha256(folder / name) for name in MODEL_FILES}
 
 
+def test_weights_saved_in_float16_load_as_the_float16_rounded_model(tmp_path, tokenizer):
+    original = small_model(tokenizer.vocab_size)
+    run = {"run": {"src": "de", "tgt": "en"}}
+    entry = save_pretrained(original, tokenizer, run, tmp_path / "half", dtype=torch.float16)
+    assert entry["dtype"] == "float16"
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "half" / "model.safetensors", "pt") as stored:
+        assert {stored.get_tensor(name).dtype for name in stored.keys()} == {torch.float16}
+    model, _ = load_pretrained(tmp_path / "half")
+    # The model computes in float32 again, with exactly the weights that float16 can hold.
+    for name, weight in original.state_dict().items():
+        loaded = model.state_dict()[name]
+        assert loaded.dtype == torch.float32
+        assert torch.equal(loaded, weight.half().float())
+    assert model.generator.weight is model.encoder.embeddings.lookup.weight
+    with pytest.raises(PretrainedError, match="floating-point"):
+        save_pretrained(original, tokenizer, run, tmp_path / "int", dtype=torch.int8)
+
+
 def test_the_package_offers_load_pretrained_at_its_top():
     assert transformer_lib.load_pretrained is load_pretrained
 

@@ -335,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"training stopped at update {steps} of {target}: run the same command again")
             return 0
 
+        import torch
+
         from transformer_lib.report import write_report
 
         entry["report"] = str(args.results)
@@ -359,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             limit=args.limit,
             device=args.device,
             manifest=manifest,
+            shipped_dtype=getattr(torch, profile.shipped_dtype),
             progress=not args.quiet,
         )
         entry["wall_s"] = round(time.perf_counter() - started, 1)

@@ -14,6 +14,9 @@
 #   1. bash tools/gpu/real_run.sh smoke    (~2-3 min)
 #   2. bash tools/gpu/real_run.sh de-en    (at most ~9.5 min)
 #   3. bash tools/gpu/real_run.sh en-de    (at most ~9.5 min)
+# or, in place of 2 and 3, both directions at once in one command (the `full` model is too small
+# to keep a GPU busy, so two processes share one at little cost to either):
+#   2. bash tools/gpu/real_run.sh both     (at most ~9.5 min)
 # The manifests name the commit of the code: from git in a checkout, otherwise from
 # TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
 #   TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/real_run.sh de-en
@@ -29,10 +32,12 @@
 # time limit ended training first: run the same command again. It resumes exactly from the work
 # folder runs/full-<src>-<tgt>, so keep runs/ between the commands.
 #
-# What lands under $OUT: multi30k-<src>-<tgt>.tar.gz (the report folder) and a log per step;
-# smoke-report.tar.gz and timing-full.json from `smoke`.
-# Unpack a report into the repository with `tar xzf $OUT/multi30k-de-en.tar.gz -C results/`, run
-# `pytest tests/test_real_run.py` (it recomputes bleu.json with sacreBLEU), then commit results/.
+# What lands under $OUT: the report folder as multi30k-<src>-<tgt>.tar.gz.part-00, -01, ... (one
+# tar.gz cut into parts of 15 MiB, since the shipped model alone is about 18 MiB) and a log per
+# step; smoke-report.tar.gz and timing-full.json from `smoke`.
+# Unpack a report into the repository with
+#   cat $OUT/multi30k-de-en.tar.gz.part-* | tar xz -C results/
+# run `pytest tests/test_real_run.py` (it recomputes bleu.json with sacreBLEU), then commit results/.
 #
 # DRY_RUN=1 bash tools/gpu/real_run.sh smoke runs the smoke step on the CPU (any GPU hidden), at
 # toy sizes: 3 updates, 4 test sentences, and 2 timed updates of the `ci` profile (the `full`
@@ -56,7 +61,7 @@ TRAIN_SECONDS="${TRAIN_SECONDS:-420}"
 RUNS="${RUNS:-runs}"
 
 if [ "$#" -eq 0 ]; then
-    echo "usage: bash tools/gpu/real_run.sh STEP... (smoke de-en en-de)" >&2
+    echo "usage: bash tools/gpu/real_run.sh STEP... (smoke de-en en-de both)" >&2
     exit 2
 fi
 if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
@@ -89,7 +94,8 @@ direction() {  # src tgt
         --work "$RUNS/full-$src-$tgt" --results "results/$name" \
         --time-limit "$TRAIN_SECONDS" --quiet 2>&1 | tee -a "$OUT/$name.log"
     if [ -f "results/$name/manifest.json" ]; then
-        tar czf "$OUT/$name.tar.gz" -C results "$name"
+        rm -f "$OUT/$name.tar.gz.part-"*
+        tar czf - -C results "$name" | split -b 15M -d - "$OUT/$name.tar.gz.part-"
     fi
 }
 
@@ -113,14 +119,25 @@ for step in "$@"; do
                 --time-limit "$TRAIN_SECONDS" --quiet "${device[@]}" 2>&1 | tee -a "$OUT/smoke.log"
             cp "$RUNS/timing/timing.json" "$OUT/timing-$time_profile.json"
             ;;
-        de-en | en-de)
+        de-en | en-de | both)
             if [ "$DRY_RUN" = 1 ]; then
                 echo "DRY_RUN=1 runs the smoke step only: a direction trains the full profile" >&2
                 exit 2
             fi
-            direction "${step%-*}" "${step#*-}"
+            if [ "$step" = both ]; then  # two processes on the one GPU, each with its own log
+                direction de en &
+                de_en=$!
+                direction en de &
+                en_de=$!
+                failed=0
+                wait "$de_en" || failed=1
+                wait "$en_de" || failed=1
+                [ "$failed" = 0 ] || { echo "a direction failed: see its log" >&2; exit 1; }
+            else
+                direction "${step%-*}" "${step#*-}"
+            fi
             ;;
-        *) echo "unknown step $step (smoke de-en en-de)" >&2; exit 2 ;;
+        *) echo "unknown step $step (smoke de-en en-de both)" >&2; exit 2 ;;
     esac
     echo "== $step took $((SECONDS - started)) s" | tee -a "$OUT/steps.log"
 done
