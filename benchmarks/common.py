@@ -77,6 +77,8 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> torch.de
         parser.error(f"--out {args.out} exists and is not a folder")
     torch.set_num_threads(args.threads)
     if device.type == "cuda":
+        if device.index is None:  # set_device needs an index: "cuda" means the current GPU
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
         # TF32 for the float32 rows: what anyone training in float32 on an H100 would switch on.
         torch.backends.cuda.matmul.allow_tf32 = True
