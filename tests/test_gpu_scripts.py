@@ -42,6 +42,25 @@ def test_the_commit_is_named_through_the_librarys_variable(script):
     assert not others, f"{script.name} names the commit through {sorted(others)}"
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_commit_named_by_the_variable_wins_over_a_stale_git(monkeypatch):
+    from transformer_lib.provenance import git_commit
+
+    monkeypatch.delenv(COMMIT_ENV, raising=False)
+    seen = git_commit()
+    if seen["git_source"] != "git":
+        pytest.skip("this copy of the code is not a git checkout")
+    # The variable naming git's own commit changes nothing.
+    monkeypatch.setenv(COMMIT_ENV, seen["git_commit"])
+    assert git_commit() == seen
+    # Naming another: the files are that commit's, whatever an older .git beside them says.
+    other = "f" * 40
+    monkeypatch.setenv(COMMIT_ENV, other)
+    named = git_commit()
+    assert named["git_commit"] == other and named["git_source"] == "environment"
+    assert named["git_checkout"] == {"commit": seen["git_commit"], "dirty": seen["git_dirty"]}
+
+
 # How the project is made is no business of a reader who runs a script on a GPU machine.
 MAKING_OF = re.compile(
     r"\b(sessions?|issues?|lent|device time|device tool|run tool|device machine|carry|"

@@ -61,7 +61,7 @@ def jsonable(config) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-# %% book/runs.md:136 (cell 8)
+# %% book/runs.md:138 (cell 8)
 def _git(*command: str) -> str | None:
     """The output of ``git <command>`` in the checkout the package is imported from, or None
     where git or .git is missing."""
@@ -79,12 +79,18 @@ def _git(*command: str) -> str | None:
 
 def git_commit() -> dict:
     """The commit of the code and whether the working tree's code differs from it; from
-    ``$TRANSFORMER_LIB_COMMIT`` where the code is not a git checkout. Changes under ``results/``
-    do not count: they are what runs write, such as a report replacing the one in the commit."""
+    ``$TRANSFORMER_LIB_COMMIT`` where the code is not a git checkout or where the variable names
+    another commit than git's (a copied ``.git`` can be older than the files beside it: what git
+    said is then kept under ``git_checkout``). Changes under ``results/`` do not count: they are
+    what runs write, such as a report replacing the one in the commit."""
+    named = os.environ.get(COMMIT_ENV) or None
     commit = _git("rev-parse", "HEAD")
     if commit is None:
-        return {"git_commit": os.environ.get(COMMIT_ENV), "git_source": "environment"}
+        return {"git_commit": named, "git_source": "environment"}
     status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    if named is not None and named != commit:
+        checkout = {"commit": commit, "dirty": bool(status)}
+        return {"git_commit": named, "git_source": "environment", "git_checkout": checkout}
     return {"git_commit": commit, "git_dirty": bool(status), "git_source": "git"}
 
 
