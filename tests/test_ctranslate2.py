@@ -23,6 +23,7 @@ from transformer_lib.decoding import (
     SearchConfig,
     beam_search,
     greedy_search,
+    length_penalty,
     translate,
 )
 from transformer_lib.engine import (
@@ -320,8 +321,11 @@ def test_the_missing_engine_ends_the_command_in_one_line(folder, without_ctransl
 @pytest.mark.parametrize("name", SHIPPED)
 def test_a_shipped_model_in_the_engine_scores_and_searches_as_ours(name):
     """The reference translations of the first 100 test sentences scored to 1e-4, greedy
-    outputs equal on at least 99 of them (each other one a near-tie), and test_2016_flickr's
-    BLEU at beam 4, α = 0.6 within 0.2 of the BLEU our beam search scored (bleu.json)."""
+    outputs equal on at least 99 of them (each other one a near-tie). At beam 4, α = 0.6 the two
+    searches' rules differ (the chapter lists them): at least 95% of test_2016_flickr's
+    translations are the same, where they differ the engine's mostly (4 in 5) scores higher by our
+    own model and length penalty, since it weighs more endings, and BLEU is within 0.5 of the
+    BLEU our beam search scored (bleu.json)."""
     require_multi30k()
     folder = ROOT / "results" / name
     bleu = json.loads((folder / "bleu.json").read_text())
@@ -329,20 +333,33 @@ def test_a_shipped_model_in_the_engine_scores_and_searches_as_ours(name):
     torch.set_num_threads(1)
     engine = CTranslate2Translator(model, tokenizer, threads=1)
     pairs = load_multi30k("test_2016_flickr", bleu["src"], bleu["tgt"])
-    sources = [source for source, _ in pairs]
+    sources = tokenizer.encode_batch([source for source, _ in pairs])
     references = [target for _, target in pairs]
     assert_same_log_probs(
-        model,
-        engine,
-        tokenizer.encode_batch(sources[:FIRST]),
-        tokenizer.encode_batch(references[:FIRST]),
+        model, engine, sources[:FIRST], tokenizer.encode_batch(references[:FIRST])
     )
-    assert_greedy_agrees(model, engine, tokenizer.encode_batch(sources[:FIRST]), at_least=99)
+    assert_greedy_agrees(model, engine, sources[:FIRST], at_least=99)
     search = SearchConfig(bleu["beam_size"], bleu["alpha"], int(bleu["max_length"].split()[-1]))
     assert (search.beam_size, search.alpha) == (4, 0.6)
-    ours = bleu["splits"]["test_2016_flickr"]["bleu"]
-    theirs = corpus_scores(engine.translate(sources, search), references)["bleu"]
-    assert abs(theirs - ours) <= 0.2, f"BLEU {theirs:.2f} against ours {ours:.2f}"
+    ours = [
+        ids
+        for i in range(0, len(sources), 100)
+        for ids in our_search(model, sources[i : i + 100], search)
+    ]
+    theirs = engine.search(sources, search)
+    differ = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+    assert len(differ) <= len(sources) // 20, f"{len(differ)} of {len(sources)} beam outputs differ"
+
+    def scores(outputs):  # log p(y | x) / lp(|y|), </s> counted, as the beam search ranks
+        found = reference_log_probs(model, [sources[i] for i in differ], outputs)
+        return [sum(row) / length_penalty(len(row), search.alpha) for row in found]
+
+    mine, other = scores([ours[i] for i in differ]), scores([theirs[i] for i in differ])
+    higher = sum(b >= a - 1e-4 for a, b in zip(mine, other, strict=True))
+    assert higher >= 0.8 * len(differ), f"the engine's scores higher on {higher} of {len(differ)}"
+    recorded = bleu["splits"]["test_2016_flickr"]["bleu"]
+    engine_bleu = corpus_scores(tokenizer.decode_batch(theirs), references)["bleu"]
+    assert abs(engine_bleu - recorded) <= 0.5, f"BLEU {engine_bleu:.2f} against ours {recorded:.2f}"
 
 
 # --- The benchmark: one run writes every candidate's figures with a manifest.
