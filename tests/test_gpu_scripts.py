@@ -141,3 +141,55 @@ def test_the_smoke_step_runs_on_a_cpu(tmp_path):
     assert timing["projected_training_s"] > training > 0  # validations and checkpoints on top
     assert "projected training time of the ci profile" in done.stdout
     assert (timing["commands"] == 1) == timing["fits"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_the_search_step_runs_on_a_cpu(tmp_path):
+    """DRY_RUN=1 runs real_run.sh's search at toy size: every candidate trains (as processes of
+    their own, side by side), is scored at its last checkpoint and lands in the table, and the
+    results stay out of the repository's results/."""
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    env = {**os.environ, "OUT": str(out), "RUNS": str(runs), "DRY_RUN": "1"}
+    env["PYTHON"] = sys.executable
+    done = subprocess.run(
+        ["bash", "tools/gpu/real_run.sh", "search"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    spec = importlib.util.spec_from_file_location("search", ROOT / "tools" / "full_search.py")
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    lines = (out / "ci-search" / "search.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert sorted(r["name"] for r in records) == sorted(search.CANDIDATES)
+    for record in records:
+        assert record["end"] == 4 and record["averaged_steps"] == [4]
+        assert record["valid_sentences"] == 3 and record["valid_ppl"] > 1
+    manifest = json.loads((out / "ci-search" / "manifest.json").read_text())
+    assert manifest["trained_to"] == {name: 4 for name in search.CANDIDATES}
+    assert "<- best" in done.stdout
+    assert not (ROOT / "results" / "ci-search").exists()
+
+
+def test_each_search_candidate_changes_what_its_name_says():
+    import dataclasses
+
+    from full_search import CANDIDATES, candidate_profile
+
+    from transformer_lib.recipe import PROFILES
+
+    base = PROFILES["full"]
+    for name, (model_changes, training_changes) in CANDIDATES.items():
+        profile = candidate_profile("full", name)
+        assert profile.training.keep_checkpoints >= profile.training.max_steps  # every one kept
+        kept = dataclasses.replace(
+            profile.training, keep_checkpoints=base.training.keep_checkpoints
+        )
+        assert dataclasses.replace(base.training, **training_changes) == kept, name
+        assert dataclasses.replace(base.model, **model_changes) == profile.model, name
+        assert profile.vocab_size == base.vocab_size and profile.max_len == base.max_len
+    assert CANDIDATES["profile"] == ({}, {}), "the yardstick is the profile itself"

@@ -262,41 +262,10 @@ def relative_cost(name: str) -> float:
 
 def score(run: Path, steps: int, average: int = AVERAGED, every: int = 1) -> dict:
     """The validation scores of the model a rung stopped at: the average of ``average``
-    checkpoints ``every`` checkpoints apart, ending at update ``steps``, translated with the
-    paper's search (beam 4, alpha 0.6), and its validation perplexity."""
-    import math
+    checkpoints ``every`` checkpoints apart, ending at update ``steps`` (tools/checkpoint_scores.py)."""
+    from checkpoint_scores import checkpoint_interval, score_average
 
-    from transformer_lib.batching import encode_pairs, make_batches
-    from transformer_lib.data import load_multi30k
-    from transformer_lib.decoding import SearchConfig
-    from transformer_lib.evaluation import average_checkpoints, evaluate_split
-    from transformer_lib.model import Transformer, TransformerConfig
-    from transformer_lib.tokenizer import PAD_ID, BPETokenizer
-    from transformer_lib.training import evaluate_loss
-
-    folder = run / "checkpoints"
-    interval = candidate_checkpoint_every(run) * every
-    wanted = [steps - interval * i for i in reversed(range(average))]
-    paths = [folder / f"step-{step}.pt" for step in wanted if step > 0]
-    averaged = average_checkpoints(paths)
-    model = Transformer(TransformerConfig(**averaged["config"]["model"]))
-    model.load_state_dict(averaged["model"])
-    model.eval()
-    tokenizer = BPETokenizer.from_json(averaged["tokenizer"])
-    scores, _ = evaluate_split(model, tokenizer, "val", SRC, TGT, search=SearchConfig())
-    valid = make_batches(encode_pairs(tokenizer, load_multi30k("val", SRC, TGT)), 2048)
-    loss = evaluate_loss(model, valid, PAD_ID)["loss"]
-    return {
-        "averaged_steps": averaged["averaged_steps"],
-        "valid_bleu": round(scores["bleu"], 2),
-        "valid_chrf": round(scores["chrf"], 2),
-        "valid_loss": round(loss, 4),
-        "valid_ppl": round(math.exp(loss), 3),
-    }
-
-
-def candidate_checkpoint_every(run: Path) -> int:
-    return json.loads((run / "config.json").read_text())["training"]["checkpoint_every"]
+    return score_average(run, steps, average, checkpoint_interval(run) * every, SRC, TGT)
 
 
 def rung(args: argparse.Namespace) -> None:

@@ -17,6 +17,10 @@
 # or, in place of 2 and 3, both directions at once in one command (the `full` model is too small
 # to keep a GPU busy, so two processes share one at little cost to either):
 #   2. bash tools/gpu/real_run.sh both     (at most ~9.5 min)
+# The `full` runs overfit (book/real_run.md); the search of remedies and stopping points,
+# German to English, four candidates sharing the GPU (tools/full_search.py), scores them on the
+# validation split. Run it again until it prints every candidate trained to update 6,000:
+#   bash tools/gpu/real_run.sh search   (at most ~9.5 min a command; SEARCH_SECONDS of training)
 # The manifests name the commit of the code: from git in a checkout, otherwise from
 # TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
 #   TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/real_run.sh de-en
@@ -32,7 +36,8 @@
 # time limit ended training first: run the same command again. It resumes exactly from the work
 # folder runs/full-<src>-<tgt>, so keep runs/ between the commands.
 #
-# What lands under $OUT: the report folder as multi30k-<src>-<tgt>.tar.gz.part-00, -01, ... (one
+# What lands under $OUT: full-search.tar.gz from `search` (unpack it with tar xzf in results/);
+# the report folder as multi30k-<src>-<tgt>.tar.gz.part-00, -01, ... (one
 # tar.gz cut into parts of 15 MiB, since the shipped model alone is about 18 MiB) and a log per
 # step; smoke-report.tar.gz and timing-full.json from `smoke`.
 # Unpack a report into the repository with
@@ -42,7 +47,9 @@
 # DRY_RUN=1 bash tools/gpu/real_run.sh smoke runs the smoke step on the CPU (any GPU hidden), at
 # toy sizes: 3 updates, 4 test sentences, and 2 timed updates of the `ci` profile (the `full`
 # one takes about a minute an update there). It checks the script on any machine in about a
-# minute; RUNS names the folder of its work (default runs).
+# minute; RUNS names the folder of its work (default runs). `DRY_RUN=1 ... search` checks the
+# search the same way: its candidates around the `ci` profile, 4 updates, 3 sentences scored, its
+# results under $OUT/ci-search (never results/).
 set -euo pipefail
 
 : "${OUT:?set OUT to the folder that receives the reports and the logs}"
@@ -59,9 +66,11 @@ source "$(dirname "$0")/environment.sh"  # the pinned tokenizers and sacrebleu, 
 # the four test sets (~3,500 sentences at beam 4) need the rest of its 10 minutes.
 TRAIN_SECONDS="${TRAIN_SECONDS:-420}"
 RUNS="${RUNS:-runs}"
+# The search's training gets less of a command: it scores the stopping points reached after it.
+SEARCH_SECONDS="${SEARCH_SECONDS:-330}"
 
 if [ "$#" -eq 0 ]; then
-    echo "usage: bash tools/gpu/real_run.sh STEP... (smoke de-en en-de both)" >&2
+    echo "usage: bash tools/gpu/real_run.sh STEP... (smoke de-en en-de both search)" >&2
     exit 2
 fi
 if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
@@ -77,6 +86,8 @@ mkdir -p "$OUT"
 if [ "$DRY_RUN" = 1 ]; then
     device=(--device cpu)
     smoke_steps=3 smoke_limit=4 time_profile=ci time_updates=2
+    search=(tools/full_search.py --base ci --work "$RUNS/ci-search" --results "$OUT/ci-search")
+    search_train=(--steps 4) search_score=(--ends 4 --limit 3 --device cpu)
 else
     # A GPU that torch cannot see would turn the timing below into minutes of CPU work.
     if ! "$PYTHON" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
@@ -86,6 +97,8 @@ else
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.csv" || true
     device=()
     smoke_steps=30 smoke_limit=50 time_profile=full time_updates=50
+    search=(tools/full_search.py --work "$RUNS/full-search" --results results/full-search)
+    search_train=(--steps 6000) search_score=()
 fi
 
 direction() {  # src tgt
@@ -137,7 +150,16 @@ for step in "$@"; do
                 direction "${step%-*}" "${step#*-}"
             fi
             ;;
-        *) echo "unknown step $step (smoke de-en en-de both)" >&2; exit 2 ;;
+        search)  # train (resuming) for SEARCH_SECONDS, then score the stopping points reached
+            "$PYTHON" "${search[@]}" train "${search_train[@]}" --time-limit "$SEARCH_SECONDS" \
+                "${device[@]}" 2>&1 | tee -a "$OUT/search.log"
+            "$PYTHON" "${search[@]}" score "${search_score[@]}" 2>&1 | tee -a "$OUT/search.log"
+            "$PYTHON" "${search[@]}" table 2>&1 | tee -a "$OUT/search.log"
+            if [ "$DRY_RUN" != 1 ]; then
+                tar czf "$OUT/full-search.tar.gz" -C results full-search
+            fi
+            ;;
+        *) echo "unknown step $step (smoke de-en en-de both search)" >&2; exit 2 ;;
     esac
     echo "== $step took $((SECONDS - started)) s" | tee -a "$OUT/steps.log"
 done

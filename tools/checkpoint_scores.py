@@ -1,0 +1,61 @@
+"""The validation score of a model a search would stop at, shared by the searches in tools/.
+
+A run is scored as the recorded runs are evaluated, but on the validation split: the average of
+its last checkpoints (§6.1), translated with the paper's search (beam 4, alpha 0.6), cased
+sacreBLEU and chrF, beside its validation perplexity (no label smoothing). The test sets are
+never looked at.
+"""
+
+import json
+import math
+from pathlib import Path
+
+
+def checkpoint_interval(run: Path) -> int:
+    """Updates between the checkpoints of the run folder ``run``."""
+    return json.loads((run / "config.json").read_text())["training"]["checkpoint_every"]
+
+
+def score_average(
+    run: Path,
+    end: int,
+    average: int,
+    interval: int,
+    src: str,
+    tgt: str,
+    device: str = "cpu",
+    limit: int | None = None,
+) -> dict:
+    """Score the average of ``average`` checkpoints of ``run``, ``interval`` updates apart and
+    ending at update ``end`` (those at or before update 0 left out), on the validation split
+    (its first ``limit`` sentences only, for a check of a script)."""
+    import torch
+
+    from transformer_lib.batching import encode_pairs, make_batches
+    from transformer_lib.data import load_multi30k
+    from transformer_lib.decoding import SearchConfig
+    from transformer_lib.evaluation import average_checkpoints, evaluate_split
+    from transformer_lib.model import Transformer, TransformerConfig
+    from transformer_lib.tokenizer import PAD_ID, BPETokenizer
+    from transformer_lib.training import evaluate_loss
+
+    wanted = [end - interval * i for i in reversed(range(average))]
+    paths = [run / "checkpoints" / f"step-{step}.pt" for step in wanted if step > 0]
+    averaged = average_checkpoints(paths)
+    model = Transformer(TransformerConfig(**averaged["config"]["model"]))
+    model.load_state_dict(averaged["model"])
+    model.to(device).eval()
+    tokenizer = BPETokenizer.from_json(averaged["tokenizer"])
+    with torch.inference_mode():
+        search = SearchConfig()
+        scores, _ = evaluate_split(model, tokenizer, "val", src, tgt, search=search, limit=limit)
+        valid = make_batches(encode_pairs(tokenizer, load_multi30k("val", src, tgt)), 2048)
+        loss = evaluate_loss(model, valid, PAD_ID, device=torch.device(device))["loss"]
+    return {
+        "averaged_steps": averaged["averaged_steps"],
+        "valid_sentences": scores["sentences"],
+        "valid_bleu": round(scores["bleu"], 2),
+        "valid_chrf": round(scores["chrf"], 2),
+        "valid_loss": round(loss, 4),
+        "valid_ppl": round(math.exp(loss), 3),
+    }

@@ -1,0 +1,248 @@
+"""Regularise the `full` profile by measurement: candidates trained side by side on one GPU, each
+scored at several stopping points on the validation split.
+
+The recorded `full` runs overfit Multi30k: their validation loss is lowest near update 3,000 and
+rises after it while the training loss goes on falling, and the five checkpoints that the
+evaluation averages come from the end of the run. This search asks which of a few remedies
+helps, and where a run should stop: more dropout, more label smoothing, a shallower model, and
+the profile itself as the yardstick. Each candidate trains German to English as its own process
+on the one GPU (a model this small leaves a GPU mostly idle, so they share it at little cost to
+each other) and keeps every checkpoint. ``score`` then evaluates each candidate at several
+stopping points: the average of the 5 checkpoints ending there, as a recorded run is averaged
+(§6.1), translated with beam 4 and alpha 0.6 over the whole validation split (cased sacreBLEU),
+beside its validation perplexity (tools/checkpoint_scores.py). The test sets are never looked at.
+Formula (3) does not depend on the run's length, so a run stopped at update N is the run that a
+profile of N updates would have made.
+
+    python tools/full_search.py train --steps 6000 [--time-limit 420]   # resumable
+    python tools/full_search.py score --ends 2000,3000,4000,5000,6000
+    python tools/full_search.py table
+
+``tools/gpu/real_run.sh search`` runs the three on a GPU machine. Results go to
+results/full-search/ (``--results``): ``search.jsonl`` (one line per candidate and stopping
+point), each candidate's ``metrics.jsonl`` and a manifest; the checkpoints stay in the work
+folder (``--work``, default runs/full-search/). ``--base ci`` searches around the `ci` profile instead, on the CPU if
+there is no GPU: a check of the script in a minute, not a search.
+"""
+
+import argparse
+import dataclasses
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
+sys.path.insert(0, str(ROOT / "tools"))  # its neighbours, when imported rather than run
+
+from checkpoint_scores import checkpoint_interval, score_average  # noqa: E402 (after the path)
+
+SRC, TGT = "de", "en"
+AVERAGED = 5  # checkpoints averaged for a score, as the recorded runs average (§6.1)
+
+# Changes to the base profile: (TransformerConfig changes, TrainingConfig changes).
+CANDIDATES = {
+    "profile": ({}, {}),  # the yardstick: the profile as the recorded runs trained it
+    "dropout_0.4": ({"dropout": 0.4}, {}),  # more regularisation of the same model
+    "smoothing_0.2": ({}, {"label_smoothing": 0.2}),  # a softer target distribution
+    "layers_3": ({"n_layers": 3}, {}),  # less capacity to memorise the captions
+}
+
+
+def candidate_profile(base: str, name: str):
+    """Candidate ``name``: the ``base`` profile with its changes, keeping every checkpoint."""
+    from transformer_lib.recipe import PROFILES
+
+    model_changes, training_changes = CANDIDATES[name]
+    start = PROFILES[base]
+    training = dataclasses.replace(start.training, keep_checkpoints=10**6, **training_changes)
+    return dataclasses.replace(
+        start, model=dataclasses.replace(start.model, **model_changes), training=training
+    )
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One candidate's training, started by ``train`` as a process of its own."""
+    from transformer_lib.recipe import train_translation
+
+    last = args.out / "checkpoints" / "last.pt"
+    train_translation(
+        candidate_profile(args.base, args.name),
+        SRC,
+        TGT,
+        args.out,
+        resume=last.is_file(),
+        max_steps=args.steps,
+        time_limit=args.time_limit,
+        device=args.device,
+        progress=False,
+    )
+
+
+def trained_to(run: Path) -> int:
+    """The last update of a run folder's regular checkpoints (0 before its first)."""
+    steps = [int(path.stem.split("-")[1]) for path in run.glob("checkpoints/step-*.pt")]
+    return max(steps, default=0)
+
+
+def train(args: argparse.Namespace) -> None:
+    """Train every selected candidate to ``--steps``, all at once, each its own process (its log
+    in the work folder); ``--time-limit`` stops each with a checkpoint to resume from."""
+    running = {}
+    for name in selected(args):
+        out = args.work / name
+        if trained_to(out) >= args.steps:
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, str(Path(__file__).resolve()), "--base", args.base]
+        command += [
+            "--work",
+            str(args.work),
+            "--results",
+            str(args.results),
+            "_worker",
+            name,
+            "--out",
+            str(out),
+        ]
+        command += ["--steps", str(args.steps), "--device", args.device]
+        if args.time_limit is not None:
+            command += ["--time-limit", str(args.time_limit)]
+        log = open(args.work / f"{name}.log", "a")
+        running[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
+    failed = []
+    for name, (process, log) in running.items():
+        if process.wait() != 0:
+            failed.append(name)
+        log.close()
+    for name in selected(args):
+        print(f"{name}: trained to update {trained_to(args.work / name):,} of {args.steps:,}")
+    if failed:
+        raise SystemExit(f"training failed for {failed}: see their logs in {args.work}")
+    write_manifest(args)
+
+
+def score(args: argparse.Namespace) -> None:
+    """Score each candidate at each stopping point of ``--ends`` that it has reached and that is
+    not scored yet; copy its training log beside the scores."""
+    from transformer_lib.provenance import write_text_atomically
+
+    results = args.results
+    done = {(r["name"], r["end"]) for r in read_jsonl(results / "search.jsonl")}
+    ends = [int(end) for end in args.ends.split(",")]
+    for name in selected(args):
+        run = args.work / name
+        reached, interval = trained_to(run), checkpoint_interval(run)
+        for end in ends:
+            if end > reached or (name, end) in done:
+                continue
+            average = max(1, min(AVERAGED, end // interval))  # a short run averages what it has
+            started = time.perf_counter()
+            scored = score_average(run, end, average, interval, SRC, TGT, args.device, args.limit)
+            record = {"kind": "stop", "name": name, "end": end, **scored}
+            record["score_s"] = round(time.perf_counter() - started, 1)
+            append(results, record)
+        log = (run / "metrics.jsonl").read_text()
+        write_text_atomically(results / "runs" / f"{name}.metrics.jsonl", log)
+    write_manifest(args)
+
+
+def append(results: Path, record: dict) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    with open(results / "search.jsonl", "a") as file:
+        file.write(json.dumps(record) + "\n")
+    print(json.dumps(record), flush=True)
+
+
+def table(args: argparse.Namespace) -> None:
+    """Each candidate's scores by stopping point, its best marked."""
+    records = read_jsonl(args.results / "search.jsonl")
+    print(f"{'candidate':14} {'end':>6} {'ppl':>7} {'BLEU':>6} {'chrF':>6}")
+    for name in CANDIDATES:
+        mine = sorted((r for r in records if r["name"] == name), key=lambda r: r["end"])
+        best = max(mine, key=lambda r: r["valid_bleu"], default=None)
+        for r in mine:
+            mark = "  <- best" if r is best else ""
+            print(
+                f"{name:14} {r['end']:6d} {r['valid_ppl']:7.3f} {r['valid_bleu']:6.2f} "
+                f"{r['valid_chrf']:6.2f}{mark}"
+            )
+
+
+def write_manifest(args: argparse.Namespace) -> None:
+    from transformer_lib.provenance import environment, jsonable, write_json
+    from transformer_lib.recipe import PROFILES
+
+    start = PROFILES[args.base]
+    manifest = {
+        **environment(args.device),
+        "base": args.base,
+        "src": SRC,
+        "tgt": TGT,
+        "profile": {"model": jsonable(start.model), "training": jsonable(start.training)},
+        "candidates": {name: {"model": m, "training": t} for name, (m, t) in CANDIDATES.items()},
+        "trained_to": {name: trained_to(args.work / name) for name in CANDIDATES},
+        "last_command": shlex.join(["python", "tools/full_search.py", *sys.argv[1:]]),
+        "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_json(args.results / "manifest.json", manifest)
+
+
+def selected(args: argparse.Namespace) -> list[str]:
+    names = args.only.split(",") if args.only else list(CANDIDATES)
+    unknown = [name for name in names if name not in CANDIDATES]
+    if unknown:
+        raise SystemExit(f"unknown candidates {unknown}: choose from {list(CANDIDATES)}")
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python tools/full_search.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--base", choices=["full", "ci"], default="full", help="profile searched")
+    parser.add_argument("--work", type=Path, help="run folders (default runs/<base>-search)")
+    parser.add_argument("--results", type=Path, help="default results/<base>-search")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, run in (("train", train), ("score", score), ("table", table)):
+        command = commands.add_parser(name)
+        command.add_argument("--only", help="comma-separated candidate names")
+        command.set_defaults(run=run)
+        if name == "train":
+            command.add_argument("--steps", type=int, default=6000, help="updates a candidate")
+            command.add_argument("--time-limit", type=float, help="seconds of training")
+        if name == "score":
+            command.add_argument(
+                "--ends", default="2000,3000,4000,5000,6000", help="stopping points to score"
+            )
+            command.add_argument("--limit", type=int, help="validation sentences (checks only)")
+        if name != "table":
+            command.add_argument("--device", help="cuda or cpu (default: cuda if there is one)")
+    hidden = commands.add_parser("_worker")
+    hidden.add_argument("name", choices=list(CANDIDATES))
+    hidden.add_argument("--out", type=Path, required=True)
+    hidden.add_argument("--steps", type=int, required=True)
+    hidden.add_argument("--time-limit", type=float)
+    hidden.add_argument("--device", required=True)
+    hidden.set_defaults(run=worker)
+    args = parser.parse_args()
+    args.work = (args.work or ROOT / "runs" / f"{args.base}-search").resolve()
+    args.results = (args.results or ROOT / "results" / f"{args.base}-search").resolve()
+    if getattr(args, "device", "") is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
