@@ -16,8 +16,20 @@ def checkpoint_interval(run: Path) -> int:
     return json.loads((run / "config.json").read_text())["training"]["checkpoint_every"]
 
 
+def length_ratio(hypotheses: list[str], src: str, tgt: str) -> float:
+    """The hypotheses' total length over the references', as BLEU's brevity penalty counts it
+    (sacreBLEU's tokens; the references are the validation split's first sentences)."""
+    import sacrebleu
+
+    from transformer_lib.data import load_multi30k
+
+    references = [target for _, target in load_multi30k("val", src, tgt)][: len(hypotheses)]
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references])
+    return bleu.sys_len / bleu.ref_len
+
+
 def score_average(
-    run: Path,
+    checkpoints: Path,
     end: int,
     average: int,
     interval: int,
@@ -25,10 +37,13 @@ def score_average(
     tgt: str,
     device: str = "cpu",
     limit: int | None = None,
+    alpha: float = 0.6,
 ) -> dict:
-    """Score the average of ``average`` checkpoints of ``run``, ``interval`` updates apart and
+    """Score the average of ``average`` of the checkpoints in the folder ``checkpoints`` (a run's
+    ``checkpoints/``), ``interval`` updates apart and
     ending at update ``end`` (those at or before update 0 left out), on the validation split
-    (its first ``limit`` sentences only, for a check of a script)."""
+    (its first ``limit`` sentences only, for a check of a script), with beam 4 and length penalty
+    ``alpha`` (§6.1: 0.6)."""
     import torch
 
     from transformer_lib.batching import encode_pairs, make_batches
@@ -40,20 +55,24 @@ def score_average(
     from transformer_lib.training import evaluate_loss
 
     wanted = [end - interval * i for i in reversed(range(average))]
-    paths = [run / "checkpoints" / f"step-{step}.pt" for step in wanted if step > 0]
+    paths = [checkpoints / f"step-{step}.pt" for step in wanted if step > 0]
     averaged = average_checkpoints(paths)
     model = Transformer(TransformerConfig(**averaged["config"]["model"]))
     model.load_state_dict(averaged["model"])
     model.to(device).eval()
     tokenizer = BPETokenizer.from_json(averaged["tokenizer"])
     with torch.inference_mode():
-        search = SearchConfig()
-        scores, _ = evaluate_split(model, tokenizer, "val", src, tgt, search=search, limit=limit)
+        search = SearchConfig(beam_size=4, alpha=alpha)
+        scores, hypotheses = evaluate_split(
+            model, tokenizer, "val", src, tgt, search=search, limit=limit
+        )
         valid = make_batches(encode_pairs(tokenizer, load_multi30k("val", src, tgt)), 2048)
         loss = evaluate_loss(model, valid, PAD_ID, device=torch.device(device))["loss"]
     return {
         "averaged_steps": averaged["averaged_steps"],
         "valid_sentences": scores["sentences"],
+        "alpha": alpha,
+        "length_ratio": round(length_ratio(hypotheses, src, tgt), 4),
         "valid_bleu": round(scores["bleu"], 2),
         "valid_chrf": round(scores["chrf"], 2),
         "valid_loss": round(loss, 4),

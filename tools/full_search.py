@@ -145,7 +145,9 @@ def score(args: argparse.Namespace) -> None:
                 continue
             average = max(1, min(AVERAGED, end // interval))  # a short run averages what it has
             started = time.perf_counter()
-            scored = score_average(run, end, average, interval, SRC, TGT, args.device, args.limit)
+            scored = score_average(
+                run / "checkpoints", end, average, interval, SRC, TGT, args.device, args.limit
+            )
             record = {"kind": "stop", "name": name, "end": end, **scored}
             record["score_s"] = round(time.perf_counter() - started, 1)
             append(results, record)

@@ -265,7 +265,8 @@ def score(run: Path, steps: int, average: int = AVERAGED, every: int = 1) -> dic
     checkpoints ``every`` checkpoints apart, ending at update ``steps`` (tools/checkpoint_scores.py)."""
     from checkpoint_scores import checkpoint_interval, score_average
 
-    return score_average(run, steps, average, checkpoint_interval(run) * every, SRC, TGT)
+    interval = checkpoint_interval(run) * every
+    return score_average(run / "checkpoints", steps, average, interval, SRC, TGT)
 
 
 def rung(args: argparse.Namespace) -> None:
