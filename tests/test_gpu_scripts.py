@@ -118,22 +118,25 @@ def test_a_timing_with_wrong_options_says_what_to_change(tmp_path, options, comp
     assert not (tmp_path / "work").exists()
 
 
+def dry_run(step: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run real_run.sh's ``step`` with DRY_RUN=1 (on the CPU, at toy size); it must succeed.
+    Returns the finished process and its $OUT folder."""
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    env = {**os.environ, "OUT": str(out), "RUNS": str(runs), "DRY_RUN": "1"}
+    env["PYTHON"] = sys.executable
+    done = subprocess.run(
+        ["bash", "tools/gpu/real_run.sh", step], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done, out
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_the_smoke_step_runs_on_a_cpu(tmp_path):
     """DRY_RUN=1 runs real_run.sh's first command at toy size: the pipeline (a stop, a resume,
     a report) and the timing with its projection, as a GPU machine would run them."""
-    out, runs = tmp_path / "out", tmp_path / "runs"
-    env = {**os.environ, "OUT": str(out), "RUNS": str(runs), "DRY_RUN": "1"}
-    env["PYTHON"] = sys.executable
-    done = subprocess.run(
-        ["bash", "tools/gpu/real_run.sh", "smoke"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done, out = dry_run("smoke", tmp_path)
     assert (out / "smoke-report.tar.gz").stat().st_size > 0
     timing = json.loads((out / "timing-ci.json").read_text())
     assert timing["device"] == "cpu" and timing["updates"] == 2
@@ -149,20 +152,9 @@ def test_the_search_step_runs_on_a_cpu(tmp_path):
     """DRY_RUN=1 runs real_run.sh's search at toy size: every candidate trains (as processes of
     their own, side by side), is scored at its last checkpoint and lands in the table, and the
     results stay out of the repository's results/."""
-    out, runs = tmp_path / "out", tmp_path / "runs"
-    env = {**os.environ, "OUT": str(out), "RUNS": str(runs), "DRY_RUN": "1"}
-    env["PYTHON"] = sys.executable
-    done = subprocess.run(
-        ["bash", "tools/gpu/real_run.sh", "search"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    spec = importlib.util.spec_from_file_location("search", ROOT / "tools" / "full_search.py")
-    search = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(search)
+    done, out = dry_run("search", tmp_path)
+    import full_search as search
+
     lines = (out / "ci-search" / "search.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert sorted(r["name"] for r in records) == sorted(search.CANDIDATES)

@@ -8,7 +8,7 @@ makes the same experiment on a finished run of ours. It scores other windows (th
 or 20 checkpoints, at the run's own interval and wider ones) at alpha 0.6, and other values of
 alpha at the recipe's window, each translated with beam 4 over the validation split (cased
 sacreBLEU, chrF, the length ratio that BLEU's brevity penalty reads), beside the validation
-perplexity (tools/checkpoint_scores.py). The test sets are never looked at.
+perplexity (tools/search_common.py). The test sets are never looked at.
 
 The trainer keeps only the last 5 checkpoints of a run, so a run's checkpoints must have been
 kept as it trained (for example hard-linked into another folder as they appear):
@@ -22,7 +22,6 @@ Beside it, ``<out>.manifest.json`` names the code, the machine and the command.
 
 import argparse
 import json
-import re
 import shlex
 import sys
 import time
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 sys.path.insert(0, str(ROOT / "tools"))  # its neighbours, when imported rather than run
 
-from checkpoint_scores import score_average  # noqa: E402 (after the path)
+from search_common import checkpoint_steps, score_average  # noqa: E402 (after the path)
 
 RECIPE = (5, 1, 0.6)  # checkpoints averaged, their spacing in intervals, alpha (§6.1)
 # (checkpoints averaged, updates between them as a multiple of the run's interval, alpha)
@@ -41,12 +40,6 @@ CHOICES = [
     *[(average, every, 0.6) for average, every in [(1, 1), (10, 1), (20, 1), (5, 5), (10, 5)]],
     *[(5, 1, alpha) for alpha in (0.0, 0.3, 0.9, 1.2, 1.5)],
 ]
-
-
-def kept_steps(folder: Path) -> list[int]:
-    """The updates of the step-N.pt checkpoints in ``folder``, in order."""
-    found = (re.fullmatch(r"step-(\d+)\.pt", path.name) for path in folder.iterdir())
-    return sorted(int(match.group(1)) for match in found if match)
 
 
 def main() -> None:
@@ -61,7 +54,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="JSON lines, one a choice")
     parser.add_argument("--limit", type=int, help="validation sentences (checks only)")
     args = parser.parse_args()
-    steps = kept_steps(args.checkpoints)
+    steps = checkpoint_steps(args.checkpoints)
     if len(steps) < 2:
         raise SystemExit(f"{args.checkpoints} holds fewer than 2 step-N.pt checkpoints")
     interval, end = steps[-1] - steps[-2], steps[-1]

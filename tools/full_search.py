@@ -10,7 +10,7 @@ on the one GPU (a model this small leaves a GPU mostly idle, so they share it at
 each other) and keeps every checkpoint. ``score`` then evaluates each candidate at several
 stopping points: the average of the 5 checkpoints ending there, as a recorded run is averaged
 (§6.1), translated with beam 4 and alpha 0.6 over the whole validation split (cased sacreBLEU),
-beside its validation perplexity (tools/checkpoint_scores.py). The test sets are never looked at.
+beside its validation perplexity (tools/search_common.py). The test sets are never looked at.
 Formula (3) does not depend on the run's length, so a run stopped at update N is the run that a
 profile of N updates would have made.
 
@@ -38,7 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 sys.path.insert(0, str(ROOT / "tools"))  # its neighbours, when imported rather than run
 
-from checkpoint_scores import checkpoint_interval, score_average  # noqa: E402 (after the path)
+from search_common import (  # noqa: E402 (after the path)
+    checkpoint_interval,
+    checkpoint_steps,
+    read_jsonl,
+    score_average,
+    selected,
+)
 
 SRC, TGT = "de", "en"
 AVERAGED = 5  # checkpoints averaged for a score, as the recorded runs average (§6.1)
@@ -64,10 +70,6 @@ def candidate_profile(base: str, name: str):
     )
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
 def worker(args: argparse.Namespace) -> None:
     """One candidate's training, started by ``train`` as a process of its own."""
     from transformer_lib.recipe import train_translation
@@ -88,15 +90,14 @@ def worker(args: argparse.Namespace) -> None:
 
 def trained_to(run: Path) -> int:
     """The last update of a run folder's regular checkpoints (0 before its first)."""
-    steps = [int(path.stem.split("-")[1]) for path in run.glob("checkpoints/step-*.pt")]
-    return max(steps, default=0)
+    return max(checkpoint_steps(run / "checkpoints"), default=0)
 
 
 def train(args: argparse.Namespace) -> None:
     """Train every selected candidate to ``--steps``, all at once, each its own process (its log
     in the work folder); ``--time-limit`` stops each with a checkpoint to resume from."""
     running = {}
-    for name in selected(args):
+    for name in selected(args.only, CANDIDATES):
         out = args.work / name
         if trained_to(out) >= args.steps:
             continue
@@ -122,7 +123,7 @@ def train(args: argparse.Namespace) -> None:
         if process.wait() != 0:
             failed.append(name)
         log.close()
-    for name in selected(args):
+    for name in selected(args.only, CANDIDATES):
         print(f"{name}: trained to update {trained_to(args.work / name):,} of {args.steps:,}")
     if failed:
         raise SystemExit(f"training failed for {failed}: see their logs in {args.work}")
@@ -137,7 +138,7 @@ def score(args: argparse.Namespace) -> None:
     results = args.results
     done = {(r["name"], r["end"]) for r in read_jsonl(results / "search.jsonl")}
     ends = [int(end) for end in args.ends.split(",")]
-    for name in selected(args):
+    for name in selected(args.only, CANDIDATES):
         run = args.work / name
         reached, interval = trained_to(run), checkpoint_interval(run)
         for end in ends:
@@ -195,14 +196,6 @@ def write_manifest(args: argparse.Namespace) -> None:
         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     write_json(args.results / "manifest.json", manifest)
-
-
-def selected(args: argparse.Namespace) -> list[str]:
-    names = args.only.split(",") if args.only else list(CANDIDATES)
-    unknown = [name for name in names if name not in CANDIDATES]
-    if unknown:
-        raise SystemExit(f"unknown candidates {unknown}: choose from {list(CANDIDATES)}")
-    return names
 
 
 def main() -> None:

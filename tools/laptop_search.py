@@ -46,6 +46,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
+sys.path.insert(0, str(ROOT / "tools"))  # its neighbours, when imported rather than run
+
+from search_common import (  # noqa: E402 (after the path)
+    checkpoint_interval,
+    read_jsonl,
+    score_average,
+    selected,
+)
 
 RESULTS = ROOT / "results" / "laptop-search-2"
 SRC, TGT = "de", "en"
@@ -165,10 +173,6 @@ def launch(name: str, out: Path, steps: int, work: Path, calibrate: bool = False
         shutil.copyfile(out / "tokenizer.json", shared)
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
 def append(record: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(RESULTS / "search.jsonl", "a") as file:
@@ -204,7 +208,7 @@ def timed_updates(name: str, out: Path, updates: int, work: Path) -> float:
 def calibrate(args: argparse.Namespace) -> None:
     """Time every candidate that costs differently, in turn, ``--repeats`` times; each round
     starts one candidate further on, so that no candidate is always timed first or last."""
-    names = [name for name in selected(args) if cost_twin(name) == name]
+    names = [name for name in selected(args.only, CANDIDATES) if cost_twin(name) == name]
     if "leader" not in names:
         names.insert(0, "leader")
     sitting = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # ratios stay within one
@@ -262,9 +266,7 @@ def relative_cost(name: str) -> float:
 
 def score(run: Path, steps: int, average: int = AVERAGED, every: int = 1) -> dict:
     """The validation scores of the model a rung stopped at: the average of ``average``
-    checkpoints ``every`` checkpoints apart, ending at update ``steps`` (tools/checkpoint_scores.py)."""
-    from checkpoint_scores import checkpoint_interval, score_average
-
+    checkpoints ``every`` checkpoints apart, ending at update ``steps`` (tools/search_common.py)."""
     interval = checkpoint_interval(run) * every
     return score_average(run / "checkpoints", steps, average, interval, SRC, TGT)
 
@@ -277,7 +279,7 @@ def rung(args: argparse.Namespace) -> None:
         for r in read_jsonl(RESULTS / "search.jsonl")
         if r["kind"] == "rung"
     }
-    names = selected(args)
+    names = selected(args.only, CANDIDATES)
     steps_of = {name: round(args.budget / relative_cost(name)) for name in names}
     for name in names:
         if (name, args.budget) in done:
@@ -318,7 +320,7 @@ def window(args: argparse.Namespace) -> None:
     """For candidates that reached a rung, the validation scores of other averaging windows:
     the last 1, 5, 10 and 20 checkpoints 100 updates apart, and 5 checkpoints 200 apart."""
     rungs = [r for r in read_jsonl(RESULTS / "search.jsonl") if r["kind"] == "rung"]
-    for name in selected(args):
+    for name in selected(args.only, CANDIDATES):
         mine = [r for r in rungs if r["name"] == name]
         if not mine:
             raise SystemExit(f"{name} has reached no rung")
@@ -416,14 +418,6 @@ def table(args: argparse.Namespace) -> None:
             f"{r['name']:14} {r['relative_cost']:5.2f} {r['budget']:6d} {r['steps']:6d} "
             f"{r['valid_ppl']:6.3f} {r['valid_bleu']:6.2f} {r['wall_s'] / 60:5.1f}"
         )
-
-
-def selected(args: argparse.Namespace) -> list[str]:
-    names = args.only.split(",") if args.only else list(CANDIDATES)
-    unknown = [name for name in names if name not in CANDIDATES]
-    if unknown:
-        raise SystemExit(f"unknown candidates {unknown}: choose from {list(CANDIDATES)}")
-    return names
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""The validation score of a model a search would stop at, shared by the searches in tools/.
+"""What the searches in tools/ share: their JSON-lines records, the choice of candidates, a run's
+checkpoints, and the validation score of a model a search would stop at.
 
 A run is scored as the recorded runs are evaluated, but on the validation split: the average of
 its last checkpoints (§6.1), translated with the paper's search (beam 4, alpha 0.6), cased
@@ -8,7 +9,28 @@ never looked at.
 
 import json
 import math
+import re
 from pathlib import Path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file; none if it does not exist yet."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def selected(only: str | None, candidates: dict) -> list[str]:
+    """The candidates named by ``--only`` (comma-separated), or all of them."""
+    names = only.split(",") if only else list(candidates)
+    unknown = [name for name in names if name not in candidates]
+    if unknown:
+        raise SystemExit(f"unknown candidates {unknown}: choose from {list(candidates)}")
+    return names
+
+
+def checkpoint_steps(folder: Path) -> list[int]:
+    """The updates of the step-N.pt checkpoints in ``folder``, in order (none if it is absent)."""
+    found = (re.fullmatch(r"step-(\d+)\.pt", path.name) for path in folder.glob("step-*.pt"))
+    return sorted(int(match.group(1)) for match in found if match)
 
 
 def checkpoint_interval(run: Path) -> int:
