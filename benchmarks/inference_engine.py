@@ -5,6 +5,8 @@ peak memory of each, printed as ratios against CTranslate2 float32.
 The candidates, timed in turns round after round (``common.time_in_turns``):
 
 - ``ours``: ``transformer_lib.decoding.translate`` with the incremental decoder as it is now;
+- ``ours, oneDNN``: the same search with ``transformer_lib.engine.OneDNNDecoder`` (every product
+  by oneDNN, a step's attention written out), ``translate --engine onednn``;
 - ``ours, cache per row``: the same search with the cache as it was before (the encoder output and
   the encoder-decoder keys and values copied for every beam at every step, with PyTorch's general
   indexing), the fixes' baseline, and ``ours, cache per row, index_select`` with the first fix;
@@ -13,7 +15,7 @@ The candidates, timed in turns round after round (``common.time_in_turns``):
 Each candidate gets its best batch size, chosen on the first sentences before the timed rounds.
 Besides the times it records where one batch's decoding time goes (a profile of the decoder's
 operations: matrix products, cache copies, the search's softmax and top-k, the other kernels,
-and the rest, Python and dispatch), the peak memory of each engine (each in a process of its own)
+and the rest, Python and dispatch; for ``ours`` and ``ours, oneDNN``), the peak memory of each engine (each in a process of its own)
 and the earlier decoding goals (cached against re-running at 40 steps, ``decoding.py``'s).
 
 Record it on a quiet machine, with the shipped German-English model (about 10 minutes):
@@ -40,8 +42,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from transformer_lib.attention import padding_mask
 from transformer_lib.data import load_multi30k
-from transformer_lib.decoding import GREEDY, SearchConfig, translate
-from transformer_lib.engine import CTranslate2Translator, require_ctranslate2
+from transformer_lib.decoding import GREEDY, IncrementalDecoder, SearchConfig, translate
+from transformer_lib.engine import CTranslate2Translator, OneDNNDecoder, require_ctranslate2
 from transformer_lib.evaluation import average_checkpoints, corpus_scores
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.pretrained import load_pretrained, model_folder, sha256
@@ -51,11 +53,15 @@ from transformer_lib.tokenizer import VOCAB_SIZE, BPETokenizer
 SEARCHES = {"beam 4": SearchConfig(beam_size=4, alpha=0.6), "greedy": GREEDY}
 BATCH_SIZES = (32, 64, 128, 256)
 PEER = "CTranslate2 float32"
+ONEDNN = "ours, oneDNN"
 GOAL = 1.3  # our time at most 1.3x CTranslate2 float32's
 INT8_BLEU_LOSS = 0.5  # int8 weights lose less BLEU than this
 # The profile's groups, by PyTorch operator (self time); everything else is "other kernels".
 GROUPS = {
-    "matrix products": ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "flash_attention"),
+    "matrix products": (
+        *("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "flash_attention"),
+        "mkldnn::_linear_pointwise",
+    ),
     "cache copies": ("aten::index", "aten::index_select", "aten::cat", "aten::copy_"),
     "softmax and top-k of the search": ("aten::_log_softmax", "aten::topk", "aten::sort"),
 }
@@ -132,6 +138,9 @@ def engines(model, tokenizer, threads: int) -> dict[str, Callable]:
     int8 = CTranslate2Translator(model, tokenizer, quantize="int8", threads=threads)
     return {
         "ours": lambda sentences, search: translate(model, tokenizer, sentences, search),
+        ONEDNN: lambda sentences, search: translate(
+            model, tokenizer, sentences, search, decoder_state=OneDNNDecoder
+        ),
         "ours, cache per row": lambda sentences, search: translate(
             model, tokenizer, sentences, search, decoder_state=PerRowDecoder
         ),
@@ -198,17 +207,23 @@ def categorise(events) -> dict[str, float]:
     return groups
 
 
-def profile_decoding(model, tokenizer, sources, search: SearchConfig) -> dict:
+def profile_decoding(
+    model, tokenizer, sources, search: SearchConfig, decoder_state=IncrementalDecoder
+) -> dict:
     """Where one batch's decoding time goes: the operators' self time by group, and the rest of
     the wall time (Python, dispatch, the profiler's own overhead) as "Python and dispatch"."""
     config = with_batch_size(search, len(sources))
-    translate(model, tokenizer, sources, config)  # warm-up
+
+    def run():
+        translate(model, tokenizer, sources, config, decoder_state=decoder_state)
+
+    run()  # warm-up
     started = time.perf_counter()
-    translate(model, tokenizer, sources, config)
+    run()
     unprofiled = time.perf_counter() - started
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         started = time.perf_counter()
-        translate(model, tokenizer, sources, config)
+        run()
         wall = time.perf_counter() - started
     groups = categorise(profiler.key_averages())
     groups["Python and dispatch"] = max(wall - sum(groups.values()), 0.0)
@@ -252,6 +267,7 @@ def engines_for_memory(model, tokenizer, threads) -> dict[str, Callable]:
     """Only the engine measured is built, so that no other holds memory in the process."""
     return {
         "ours": lambda s, c: translate(model, tokenizer, s, c),
+        ONEDNN: lambda s, c: translate(model, tokenizer, s, c, decoder_state=OneDNNDecoder),
         PEER: lambda s, c: CTranslate2Translator(model, tokenizer, threads=threads).translate(s, c),
         "CTranslate2 int8": lambda s, c: CTranslate2Translator(
             model, tokenizer, quantize="int8", threads=threads
@@ -303,14 +319,18 @@ def measure(args: argparse.Namespace) -> dict:
             )
             results["searches"][label] = found
         print("-- where the time goes: one batch of 64 sentences at beam 4, profiled")
-        results["profile"] = profile_decoding(model, tokenizer, sources[:64], SEARCHES["beam 4"])
+        beam = SEARCHES["beam 4"]
+        results["profile"] = profile_decoding(model, tokenizer, sources[:64], beam)
+        results["profile, oneDNN"] = profile_decoding(
+            model, tokenizer, sources[:64], beam, OneDNNDecoder
+        )
     del candidates
     gc.collect()
     if not args.no_memory:
         print("-- peak memory, each engine in a process of its own")
         results["memory"] = {
             name: peak_memory(args, name, results["searches"]["beam 4"][name]["batch_size"])
-            for name in ("ours", PEER, "CTranslate2 int8")
+            for name in ("ours", ONEDNN, PEER, "CTranslate2 int8")
         }
     if not args.no_goals:
         print("-- cached against re-running decoding, the decoding benchmark's goals")
@@ -333,20 +353,23 @@ def report(results: dict) -> list[dict]:
             )
             print(f"  {'':46} BLEU {row['bleu']:.2f} (CTranslate2 float32 {peer['bleu']:.2f})")
             lines.append({**line, "search": label, "engine": name, "bleu": row["bleu"]})
-        slower = peer["sentences_per_s"] / found["ours"]["sentences_per_s"]
-        verdict = "meets" if slower <= GOAL else "MISSES"
-        print(f"  ours takes {slower:.2f}x {PEER}'s time ({verdict} the goal {GOAL}x)")
+        for name in ("ours", ONEDNN):
+            slower = peer["sentences_per_s"] / found[name]["sentences_per_s"]
+            verdict = "meets" if slower <= GOAL else "MISSES"
+            print(f"  {name} takes {slower:.2f}x {PEER}'s time ({verdict} the goal {GOAL}x)")
         loss = peer["bleu"] - found["CTranslate2 int8"]["bleu"]
         verdict = "meets" if loss < INT8_BLEU_LOSS else "MISSES"
         print(
             f"  int8 loses {loss:+.2f} BLEU against float32 ({verdict} the goal < {INT8_BLEU_LOSS})"
         )
-    p = results["profile"]
-    print(
-        f"one batch of {p['sentences']} at beam 4: {p['wall_s']:.2f} s profiled ({p['unprofiled_s']:.2f} s not)"
-    )
-    for group in [*GROUPS, "other kernels", "Python and dispatch"]:
-        print(f"  {group:34} {p[group]:6.2f} s  {p[group] / p['wall_s']:6.1%}")
+    for key in ("profile", "profile, oneDNN"):
+        p = results[key]
+        print(
+            f"{key}: one batch of {p['sentences']} at beam 4: {p['wall_s']:.2f} s profiled "
+            f"({p['unprofiled_s']:.2f} s not)"
+        )
+        for group in [*GROUPS, "other kernels", "Python and dispatch"]:
+            print(f"  {group:34} {p[group]:6.2f} s  {p[group] / p['wall_s']:6.1%}")
     for name, memory in results.get("memory", {}).items():
         print(
             f"peak memory, {name:22} {memory['peak_mib']:7.0f} MiB ({memory['added_mib']:+.0f} MiB translating)"

@@ -222,7 +222,7 @@ def test_translate_gives_one_line_per_line_in_even_with_unicode_separators(
 ):
     seen = []
 
-    def translate(model, tokenizer, sentences, search, progress=False):
+    def translate(model, tokenizer, sentences, search, progress=False, decoder_state=None):
         seen.extend(sentences)
         return [f"<{sentence}>" for sentence in sentences]
 

@@ -212,7 +212,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:553 (cell 22)
+# %% book/command_line.md:556 (cell 22)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -229,9 +229,10 @@ def _add_search_options(command) -> None:
     command.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
     command.add_argument(
         "--engine",
-        choices=("ours", "ctranslate2"),
+        choices=("ours", "onednn", "ctranslate2"),
         default="ours",
-        help="our PyTorch decoder (default) or CTranslate2 (pip install 'transformer_lib[fast]')",
+        help="our PyTorch decoder (default), the same with oneDNN's products (CPU), or "
+        "CTranslate2 (pip install 'transformer_lib[fast]')",
     )
     command.add_argument(
         "--quantize", choices=("int8",), help="with --engine ctranslate2: 8-bit weights"
@@ -284,6 +285,10 @@ def _check_engine(args: argparse.Namespace) -> None:
         from transformer_lib.engine import require_ctranslate2
 
         require_ctranslate2()
+    if args.engine == "onednn":
+        if args.device not in (None, "cpu"):
+            raise UsageError(f"--engine onednn runs on the CPU: drop --device {args.device}")
+        args.device = "cpu"  # also where a GPU is present
 
 
 def add_translate_command(commands) -> None:
@@ -330,7 +335,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:709 (cell 26)
+# %% book/command_line.md:717 (cell 26)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

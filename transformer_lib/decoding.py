@@ -165,7 +165,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:264 (cell 8)
+# %% book/decoding.md:270 (cell 8)
 from transformer_lib.model import _residual
 
 
@@ -181,7 +181,7 @@ class IncrementalDecoder:
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
         self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
-        self.memory = model.encode(src, self.src_mask)  # (n, S, d_model), one per sentence
+        self.memory = self._encode(src)  # (n, S, d_model), one per sentence
         self.sentence = torch.arange(len(src), device=src.device)  # (N,) sentence of each row
         self.grouped = True  # rows are sentence 0's, then sentence 1's, ..., as many each
         self.length = 0  # target positions decoded so far
@@ -199,9 +199,9 @@ class IncrementalDecoder:
             x = _residual(layer, 0, x, lambda h, i=i: self._self_attention(i, h))
             x = _residual(layer, 1, x, lambda h, i=i: self._cross_attention(i, h))
             if layer.feed_forward is not None:
-                x = _residual(layer, 2, x, layer.feed_forward)
+                x = _residual(layer, 2, x, lambda h, i=i: self._feed_forward(i, h))
         self.length += 1
-        return self.model.generator(decoder.norm(x)[:, -1])  # (N, V)
+        return self._logits(decoder.norm(x)[:, -1])  # (N, V)
 
     def _self_attention(self, i: int, h: Tensor) -> Tensor:
         """Layer i's masked self-attention for the new positions h (N, 1, d_model). No mask is
@@ -219,6 +219,15 @@ class IncrementalDecoder:
         rows = {name: tensor.index_select(0, self.sentence) for name, tensor in cache.items()}
         mask = self.src_mask.index_select(0, self.sentence)  # (N, 1, 1, S)
         return attention(h, self.memory, self.memory, mask, cache=rows)
+
+    def _encode(self, src: Tensor) -> Tensor:
+        return self.model.encode(src, self.src_mask)
+
+    def _feed_forward(self, i: int, h: Tensor) -> Tensor:
+        return self.model.decoder.layers[i].feed_forward(h)
+
+    def _logits(self, h: Tensor) -> Tensor:
+        return self.model.generator(h)  # (N, d_model) -> (N, V)
 
     def select(self, rows: Tensor) -> None:
         for i in self.cache:

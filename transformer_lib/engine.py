@@ -266,23 +266,147 @@ class CTranslate2Translator:
 # %% book/inference_engine.md:372 (cell 9)
 from collections.abc import Callable
 
-from transformer_lib.decoding import translate
+from transformer_lib.decoding import IncrementalDecoder, translate
 
-ENGINES = ("ours", "ctranslate2")
+ENGINES = ("ours", "onednn", "ctranslate2")
 
 
 def make_translator(
     model, tokenizer, engine: str = "ours", quantize: str | None = None
 ) -> Callable[[Sequence[str], SearchConfig, bool], list[str]]:
     """``translate`` as a function (sentences, search, progress) -> translations, run by our
-    PyTorch decoder (``"ours"``) or by CTranslate2 (``quantize="int8"``: with 8-bit weights)."""
+    PyTorch decoder (``"ours"``), by the same with its products in oneDNN (``"onednn"``, defined
+    at the end of the chapter), or by CTranslate2 (``quantize="int8"``: with 8-bit weights)."""
     if engine not in ENGINES:
         raise EngineError(f"engine must be one of {ENGINES}, got {engine!r}")
-    if engine == "ours":
+    if engine != "ctranslate2":
         if quantize is not None:
             raise EngineError(f"quantize={quantize!r} needs the ctranslate2 engine")
+        state = OneDNNDecoder if engine == "onednn" else IncrementalDecoder
         return lambda sentences, search, progress=False: translate(
-            model, tokenizer, sentences, search, progress=progress
+            model, tokenizer, sentences, search, progress=progress, decoder_state=state
         )
     device = next(model.parameters()).device.type
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
+
+
+# %% book/inference_engine.md:879 (cell 31)
+import torch.nn.functional as F
+from torch import Tensor
+
+from transformer_lib.model import _residual
+
+
+def require_onednn() -> None:
+    """Refuse, in one sentence, a PyTorch without the oneDNN operator that ``onednn_linear`` calls."""
+    if not (
+        torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    ):
+        raise EngineError(
+            "this PyTorch build has no oneDNN (torch.backends.mkldnn.is_available() is False): "
+            "use the default engine"
+        )
+
+
+def onednn_linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, relu: bool = False
+) -> Tensor:
+    """x W^T + b, as ``torch.nn.functional.linear``, computed by oneDNN, and max(0, .) of it
+    with ``relu``, fused into the product. float32 on the CPU; no gradient."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "relu" if relu else "none", [], "")
+
+
+class OneDNNDecoder(IncrementalDecoder):
+    """``IncrementalDecoder`` with an engine's step for CPUs: every product by oneDNN, the
+    encoder's included, and the attention of a step's new positions written out (two batched
+    products and a softmax), which beats the fused kernel for a step's few queries and keys.
+    Float32 weights on the CPU only."""
+
+    def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
+        require_onednn()
+        weight = next(model.parameters())
+        if weight.device.type != "cpu" or weight.dtype != torch.float32:
+            raise EngineError(
+                f"the onednn engine runs float32 weights on the CPU; this model is "
+                f"{weight.dtype} on {weight.device}: use the default engine"
+            )
+        super().__init__(model, src, src_mask)
+
+    def _encode(self, src: Tensor) -> Tensor:
+        """``Encoder.forward``, its products in oneDNN and its attention PyTorch's fused kernel
+        (whole sentences at once, the case that kernel is built for)."""
+        encoder = self.model.encoder
+        x = encoder.positions(encoder.embeddings(src))
+        for layer in encoder.layers:
+            attention = layer.self_attn
+            x = _residual(layer, 0, x, lambda h, a=attention: _whole_sentences(a, h, self.src_mask))
+            if layer.feed_forward is not None:
+                x = _residual(layer, 1, x, lambda h, f=layer.feed_forward: _feed_forward(f, h))
+        return encoder.norm(x)
+
+    def _self_attention(self, i: int, h: Tensor) -> Tensor:
+        attention = self.model.decoder.layers[i].self_attn
+        q, k, v = _heads(attention, h)
+        cache = self.cache[i].setdefault("self", {})  # per row, as the chapter's decoder keeps it
+        if "key" in cache:
+            k, v = torch.cat([cache["key"], k], dim=2), torch.cat([cache["value"], v], dim=2)
+        cache["key"], cache["value"] = k, v
+        return _attend(attention, q, k, v, None)
+
+    def _cross_attention(self, i: int, h: Tensor) -> Tensor:
+        attention, cache = self.model.decoder.layers[i].cross_attn, self.cache[i]["cross"]
+        e, bias = attention.n_heads * attention.d_k, attention.in_proj.bias
+        q = onednn_linear(h, attention.in_proj.weight[:e], None if bias is None else bias[:e])
+        keys, values, mask = cache["key"], cache["value"], self.src_mask
+        if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
+            q = q.view(len(self.memory), -1, e)  # (n, k, e)
+        else:
+            keys, values, mask = (t.index_select(0, self.sentence) for t in (keys, values, mask))
+        out = _attend(attention, attention._split(q, attention.d_k), keys, values, mask)
+        return out.view(-1, 1, attention.d_model)  # (N, 1, d_model)
+
+    def _feed_forward(self, i: int, h: Tensor) -> Tensor:
+        return _feed_forward(self.model.decoder.layers[i].feed_forward, h)
+
+    def _logits(self, h: Tensor) -> Tensor:
+        return onednn_linear(h, self.model.generator.weight)
+
+
+def _heads(attention, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries, keys and values (B, h, L, .) of ``attention`` over h (B, L, d_model) itself."""
+    e, d_k, d_v = attention.n_heads * attention.d_k, attention.d_k, attention.d_v
+    projected = onednn_linear(h, attention.in_proj.weight, attention.in_proj.bias)
+    q, k, v = projected.split([e, e, attention.d_model], dim=-1)
+    return attention._split(q, d_k), attention._split(k, d_k), attention._split(v, d_v)
+
+
+def _whole_sentences(attention, h: Tensor, mask: Tensor | None) -> Tensor:
+    q, k, v = _heads(attention, h)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention.scale)
+    return _output(attention, out)
+
+
+def _attend(attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """The heads' attention written out: queries q (B, h, L_q, d_k) over keys and values
+    (B, h, L_k, .). ``bmm`` reads the keys transposed where the cache holds them, so that
+    nothing the size of the cache is copied; every query has a key to attend to."""
+    b, heads, queries, d_k = q.shape
+    scale = attention.scale if attention.scale is not None else d_k**-0.5
+    scores = torch.bmm((q * scale).flatten(0, 1), k.flatten(0, 1).transpose(1, 2))
+    scores = scores.view(b, heads, queries, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    out = torch.bmm(scores.softmax(dim=-1).flatten(0, 1), v.flatten(0, 1))
+    return _output(attention, out.view(b, heads, queries, -1))
+
+
+def _output(attention, out: Tensor) -> Tensor:
+    """The heads (B, h, L, d_v) concatenated and projected by W^O: (B, L, d_model)."""
+    weight, bias = attention.out_proj.weight, attention.out_proj.bias
+    return onednn_linear(out.transpose(1, 2).flatten(2), weight, bias)
+
+
+def _feed_forward(network, h: Tensor) -> Tensor:
+    """FFN(h) = max(0, h W_1 + b_1) W_2 + b_2 (§3.3), the ReLU fused into the first product."""
+    hidden = onednn_linear(h, network.linear_1.weight, network.linear_1.bias, relu=True)
+    return onednn_linear(hidden, network.linear_2.weight, network.linear_2.bias)

@@ -1,0 +1,164 @@
+"""The oneDNN decoder (``transformer_lib.engine.OneDNNDecoder``): the decoding chapter's
+incremental decoder with its products computed by oneDNN and a step's attention written out.
+The reference is the chapter's own ``IncrementalDecoder`` on the same weights: the same logits at
+every step (to float32 rounding: the two libraries add a product's terms in different orders),
+whatever the model's variant and the order of the rows, and the same searches' outputs."""
+
+import io
+import sys
+
+import pytest
+import torch
+
+from transformer_lib import cli
+from transformer_lib.decoding import (
+    GREEDY,
+    IncrementalDecoder,
+    SearchConfig,
+    beam_search,
+    greedy_search,
+    translate,
+)
+from transformer_lib.engine import EngineError, OneDNNDecoder, make_translator, onednn_linear
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.pretrained import save_pretrained
+from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
+
+VOCAB = 50
+VARIANTS = {  # the model's options that change what a decoder step computes
+    "post-LN": {},
+    "pre-LN": {"norm_first": True},
+    "learned positions": {"positional": "learned"},
+    "untied": {"tie_embeddings": False},
+    "narrow keys": {"key_size": 4},
+    "no feed-forward": {"feed_forward": False},
+}
+
+
+def seeded_model(seed: int = 0, **changes) -> Transformer:
+    torch.manual_seed(seed)
+    settings = dict(d_model=32, d_ff=64, n_heads=4, n_layers=2, dropout=0.0, max_len=64)
+    model = Transformer(TransformerConfig(VOCAB, VOCAB, **{**settings, **changes})).eval()
+    with torch.no_grad():  # peaked distributions, as a trained model's: near-ties are rare
+        for name, parameter in model.named_parameters():
+            if "norms" not in name:
+                parameter.mul_(3.0)
+    return model
+
+
+def padded_sources(seed: int = 1) -> torch.Tensor:
+    """Five sources of different lengths, each ending in </s>, padded with 0."""
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.zeros(5, 9, dtype=torch.long)
+    for row, length in enumerate((9, 3, 6, 1, 7)):
+        src[row, : length - 1] = torch.randint(4, VOCAB, (length - 1,), generator=generator)
+        src[row, length - 1] = EOS_ID
+    return src
+
+
+def test_onednn_linear_is_a_linear_layer_and_its_relu():
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(7, 3, 16), torch.randn(24, 16), torch.randn(24)
+    expected = torch.nn.functional.linear(x, weight, bias)
+    torch.testing.assert_close(onednn_linear(x, weight, bias), expected)
+    torch.testing.assert_close(onednn_linear(x, weight, bias, relu=True), expected.relu())
+    torch.testing.assert_close(onednn_linear(x, weight), x @ weight.T)
+
+
+@pytest.mark.parametrize("changes", VARIANTS.values(), ids=VARIANTS.keys())
+def test_every_step_gives_the_incremental_decoders_logits(changes):
+    """Ten steps on padded sources, the rows grouped by sentence (beam search's layout), then
+    reordered, repeated and dropped as a search would (the encoder side read by index)."""
+    model, src = seeded_model(**changes), padded_sources()
+    with torch.inference_mode():
+        reference, fast = IncrementalDecoder(model, src), OneDNNDecoder(model, src)
+        torch.testing.assert_close(fast.memory, reference.memory, rtol=1e-5, atol=1e-5)
+        tokens = torch.full((5,), BOS_ID)
+        for step in range(10):
+            expected, found = reference.step(tokens), fast.step(tokens)
+            torch.testing.assert_close(found, expected, rtol=1e-4, atol=1e-4)
+            tokens = expected.argmax(dim=-1)
+            if step == 1:  # three beams a sentence, grouped: the k queries over one source
+                rows = torch.arange(5).repeat_interleave(3)
+            elif step == 4:  # out of order, and sentence 1 gone: rows read their source by index
+                rows = torch.tensor([14, 0, 2, 3, 9, 9, 7, 12, 13, 5])
+            else:
+                continue
+            reference.select(rows), fast.select(rows)
+            tokens = tokens[rows]
+            assert fast.grouped == reference.grouped == (step == 1)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_the_searches_find_the_same_outputs(beam):
+    model, src = seeded_model(seed=3), padded_sources(seed=4)
+    limits = torch.tensor([20] * 5)
+    found = []
+    with torch.inference_mode():
+        for state in (IncrementalDecoder(model, src), OneDNNDecoder(model, src)):
+            if beam == 1:
+                found.append(greedy_search(state, BOS_ID, EOS_ID, limits))
+            else:
+                found.append([h.tokens for h in beam_search(state, BOS_ID, EOS_ID, limits, beam)])
+    assert found[0] == found[1]
+
+
+def test_a_model_it_cannot_run_is_refused_in_one_sentence():
+    model = seeded_model().double()
+    with pytest.raises(
+        EngineError, match="float32 weights on the CPU; this model is torch.float64"
+    ):
+        OneDNNDecoder(model, padded_sources())
+
+
+def test_quantize_needs_the_ctranslate2_engine():
+    with pytest.raises(EngineError, match="needs the ctranslate2 engine"):
+        make_translator(seeded_model(), None, "onednn", "int8")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    sentences = ["ein hund läuft", "zwei katzen schlafen", "ein mann fährt rad"] * 20
+    tokenizer = BPETokenizer.train(sentences, 280)
+    torch.manual_seed(5)
+    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, d_model=32, d_ff=64,
+                               n_heads=4, n_layers=2, dropout=0.0, max_len=64)  # fmt: skip
+    run = {"run": {"data": "multi30k", "src": "de", "tgt": "en", "profile": "test"}}
+    path = tmp_path_factory.mktemp("model") / "model"
+    save_pretrained(Transformer(config).eval(), tokenizer, run, path)
+    return path
+
+
+def run_cli(args: list[str], stdin: str, monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    status = cli.main(args)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_translate_with_the_onednn_engine_writes_our_translations(folder, monkeypatch, capsys):
+    lines = ["ein hund schläft", "", "zwei männer fahren rad"]
+    for beam in ("1", "4"):
+        args = ["translate", "--model", str(folder), "--engine", "onednn", "--beam", beam]
+        status, out, err = run_cli(args, "\n".join(lines) + "\n", monkeypatch, capsys)
+        assert status == 0, err
+        base = ["translate", "--model", str(folder), "--beam", beam]
+        assert run_cli(base, "\n".join(lines) + "\n", monkeypatch, capsys)[1] == out
+        assert out.count("\n") == 3 and out.split("\n")[1] == ""
+
+
+def test_the_onednn_engine_on_a_gpu_is_a_usage_error(folder, monkeypatch, capsys):
+    args = ["translate", "--model", str(folder), "--engine", "onednn", "--device", "cuda"]
+    status, out, err = run_cli(args, "ein hund\n", monkeypatch, capsys)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert "--engine onednn runs on the CPU: drop --device cuda" in err
+
+
+def test_make_translator_runs_the_decoder_it_names(folder):
+    from transformer_lib.pretrained import load_pretrained
+
+    model, tokenizer = load_pretrained(folder)
+    sentences = ["ein hund läuft", "ein mann"]
+    for search in (GREEDY, SearchConfig(beam_size=3)):
+        expected = translate(model, tokenizer, sentences, search, decoder_state=OneDNNDecoder)
+        assert make_translator(model, tokenizer, "onednn")(sentences, search) == expected
