@@ -13,6 +13,8 @@ The candidates, timed in turns round after round (``common.time_in_turns``):
 - ``CTranslate2 float32`` and ``CTranslate2 int8``: our model converted by ``transformer_lib.engine``.
 
 Each candidate gets its best batch size, chosen on the first sentences before the timed rounds.
+With more than one thread, the CTranslate2 candidates run in a process of their own, called in
+the same turns (``EngineProcess`` says why).
 Besides the times it records where one batch's decoding time goes (a profile of the decoder's
 operations: matrix products, cache copies, the search's softmax and top-k, the other kernels,
 and the rest, Python and dispatch; for ``ours`` and ``ours, oneDNN``), the peak memory of each engine (each in a process of its own)
@@ -27,6 +29,7 @@ Record it on a quiet machine, with the shipped German-English model (about 10 mi
 import argparse
 import gc
 import json
+import multiprocessing
 import statistics
 import subprocess
 import sys
@@ -132,10 +135,14 @@ def load(args: argparse.Namespace) -> tuple[Transformer, BPETokenizer, dict]:
     return model, tokenizer, {**about, "src": model.run["src"], "tgt": model.run["tgt"]}
 
 
-def engines(model, tokenizer, threads: int) -> dict[str, Callable]:
-    """Each candidate as a function (sentences, search) -> translations."""
-    float32 = CTranslate2Translator(model, tokenizer, threads=threads)
-    int8 = CTranslate2Translator(model, tokenizer, quantize="int8", threads=threads)
+def engines(model, tokenizer, threads: int, apart: "EngineProcess | None" = None) -> dict:
+    """Each candidate as a function (sentences, search) -> translations; with ``apart``, the
+    CTranslate2 candidates run in that process of their own."""
+    if apart is None:
+        float32 = CTranslate2Translator(model, tokenizer, threads=threads).translate
+        int8 = CTranslate2Translator(model, tokenizer, quantize="int8", threads=threads).translate
+    else:
+        float32, int8 = apart.translator(PEER), apart.translator("CTranslate2 int8")
     return {
         "ours": lambda sentences, search: translate(model, tokenizer, sentences, search),
         ONEDNN: lambda sentences, search: translate(
@@ -147,9 +154,57 @@ def engines(model, tokenizer, threads: int) -> dict[str, Callable]:
         "ours, cache per row, index_select": lambda sentences, search: translate(
             model, tokenizer, sentences, search, decoder_state=PerRowIndexSelect
         ),
-        PEER: float32.translate,
-        "CTranslate2 int8": int8.translate,
+        PEER: float32,
+        "CTranslate2 int8": int8,
     }
+
+
+class EngineProcess:
+    """CTranslate2's two translators in a process of their own, called in turns with ours.
+
+    CTranslate2 and PyTorch each bring a copy of GNU OpenMP, and in one process they end up
+    sharing one runtime. Once CTranslate2's worker thread has a team of its own, the process
+    manages more OpenMP threads than the machine has cores, and the runtime stops letting idle
+    threads spin: every parallel region of PyTorch (a LayerNorm, an addition) then waits for its
+    threads to wake, which slows a decoder of small operations far more than the engine. Apart,
+    each has the cores to itself while it runs, as when deployed.
+    """
+
+    def __init__(self, args: argparse.Namespace):
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter, no inherited pools
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_engine_worker, args=(child, args), daemon=True)
+        self.process.start()
+        child.close()
+        self.connection.recv()  # the translators are ready
+
+    def translator(self, name: str) -> Callable:
+        def translate(sentences, search):
+            self.connection.send((name, list(sentences), search))
+            return self.connection.recv()
+
+        return translate
+
+    def close(self) -> None:
+        self.connection.send(None)
+        self.process.join()
+
+
+def _engine_worker(connection, args: argparse.Namespace) -> None:
+    # PyTorch only loads and converts the weights here: on one thread it starts no OpenMP team,
+    # so the engine's team is the only one (the reason for a process of its own).
+    torch.set_num_threads(1)
+    model, tokenizer, _ = load(args)
+    translators = {
+        PEER: CTranslate2Translator(model, tokenizer, threads=args.threads),
+        "CTranslate2 int8": CTranslate2Translator(
+            model, tokenizer, quantize="int8", threads=args.threads
+        ),
+    }
+    connection.send("ready")
+    while (request := connection.recv()) is not None:
+        name, sentences, search = request
+        connection.send(translators[name].translate(sentences, search))
 
 
 def with_batch_size(search: SearchConfig, size: int) -> SearchConfig:
@@ -300,12 +355,15 @@ def measure(args: argparse.Namespace) -> dict:
     model, tokenizer, about = load(args)
     pairs = load_multi30k(args.split, about["src"], about["tgt"])[: args.sentences or None]
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    candidates = engines(model, tokenizer, args.threads)
+    # With more than one thread, CTranslate2 runs in a process of its own (see EngineProcess).
+    apart = EngineProcess(args) if args.threads > 1 else None
+    candidates = engines(model, tokenizer, args.threads, apart)
     results = {
         **about,
         "split": args.split,
         "sentences": len(sources),
         "clock": args.clock,
+        "ctranslate2_process": "its own" if apart else "ours",
         "config": vars(model.config),
     }
     results["ctranslate2"] = require_ctranslate2().__version__
@@ -325,6 +383,8 @@ def measure(args: argparse.Namespace) -> dict:
             model, tokenizer, sources[:64], beam, OneDNNDecoder
         )
     del candidates
+    if apart is not None:
+        apart.close()
     gc.collect()
     if not args.no_memory:
         print("-- peak memory, each engine in a process of its own")
@@ -413,6 +473,11 @@ def main() -> None:
     device = common.setup(parser, args)
     if args.sentences is not None and args.sentences < 1:
         parser.error(f"--sentences must be at least 1, got {args.sentences}")
+    if args.clock == "cpu" and args.threads > 1:
+        parser.error(
+            "--clock cpu counts this process's CPU time, and with more than one thread "
+            "CTranslate2 runs in a process of its own: use --clock wall, or --threads 1"
+        )
     if args.memory_of:
         memory_child(args)
         return
