@@ -366,12 +366,13 @@ def test_a_shipped_model_in_the_engine_scores_and_searches_as_ours(name):
 
 
 def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
-    """A tiny run of benchmarks/inference_engine.py on a seeded model folder: every engine timed
-    for both searches, with BLEU, the profile's groups and the decoding goals, under a manifest."""
+    """A tiny run of benchmarks/inference_engine.py on a seeded model folder, two threads (so
+    CTranslate2 runs in its own process): every engine timed for both searches, with BLEU, the
+    profile's groups and the decoding goals, under a manifest."""
     done = subprocess.run(
         [
             sys.executable, "benchmarks/inference_engine.py", "--model", str(folder),
-            "--sentences", "6", "--rounds", "1", "--batch-sizes", "3", "--threads", "1",
+            "--sentences", "6", "--rounds", "1", "--batch-sizes", "3", "--threads", "2",
             "--no-memory", "--no-goals", "--out", str(tmp_path),
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -379,8 +380,9 @@ def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
     assert done.returncode == 0, done.stderr
     saved = json.loads((tmp_path / "ctranslate2.json").read_text())
     manifest, results = saved["manifest"], saved["results"]
-    assert "inference_engine.py" in manifest["command"] and manifest["threads"] == 1
+    assert "inference_engine.py" in manifest["command"] and manifest["threads"] == 2
     assert results["sentences"] == 6 and results["model"] == str(folder)
+    assert results["ctranslate2_process"] == "its own"  # two threads: CTranslate2 apart
     for found in results["searches"].values():
         assert set(found) == {
             "ours",
@@ -396,12 +398,19 @@ def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
     assert "takes" in done.stdout and "int8 loses" in done.stdout
 
 
-def test_the_benchmark_refuses_a_bad_switch_in_one_line(monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "switches, message",
+    [
+        (["--sentences", "0"], "--sentences must be at least 1"),
+        (["--clock", "cpu", "--threads", "2"], "CTranslate2 runs in a process of its own"),
+    ],
+)
+def test_the_benchmark_refuses_a_bad_switch_in_one_line(monkeypatch, capsys, switches, message):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import inference_engine
 
-    monkeypatch.setattr(sys, "argv", ["inference_engine.py", "--sentences", "0", "--no-save"])
+    monkeypatch.setattr(sys, "argv", ["inference_engine.py", *switches, "--no-save"])
     with pytest.raises(SystemExit) as stopped:
         inference_engine.main()
     assert stopped.value.code == 2
-    assert "--sentences must be at least 1" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
