@@ -13,7 +13,8 @@ The speed-ups, each measured against our default in the same rounds (a ratio abo
 bf16 autocast (against float32), the fused Q/K/V projection (against three products),
 ``scaled_dot_product_attention`` (against the written-out softmax), ``torch.compile``, Adam's
 fused and for-each kernels (against PyTorch's default on the device), batches by length (against
-batches filled in random order under the same budget) and padding widths to a multiple of 8.
+batches filled in random order under the same budget), padding widths to a multiple of 8 and,
+on a CPU, oneDNN's products (``TrainingConfig(products="onednn")``, against PyTorch's MKL).
 
 Run: ``python benchmarks/train_step.py`` (CPU, small model; ``make bench`` runs every benchmark),
 ``python benchmarks/train_step.py --device cuda --size base`` on a GPU.
@@ -36,7 +37,7 @@ from torch import nn
 from transformer_lib.batching import Batch, collate, encode_pairs, plan_batches
 from transformer_lib.data import DataError, load_multi30k
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.performance import peak_for, training_flops
+from transformer_lib.performance import OneDNNProducts, peak_for, training_flops
 from transformer_lib.tokenizer import PAD_ID, BPETokenizer
 from transformer_lib.training import label_smoothed_loss, make_optimizer
 
@@ -108,6 +109,7 @@ class Candidate:
     batches: Sequence[Batch]
     bf16: bool
     adam: str = "default"  # default | loop | foreach | fused
+    products: str | None = None  # "onednn": the linear layers by oneDNN (a CPU only)
 
     def step_function(self, device: torch.device, d_model: int) -> Callable[[], None]:
         """A function that trains on every batch once (one optimizer update per batch)."""
@@ -119,6 +121,8 @@ class Candidate:
                 group["foreach"] = self.adam == "foreach"
         batches = [batch.to(device) for batch in self.batches]
         autocast = torch.autocast(device.type, torch.bfloat16) if self.bf16 else nullcontext()
+        if self.products == "onednn":
+            autocast = OneDNNProducts()
 
         def train_once() -> None:
             for batch in batches:
@@ -195,6 +199,11 @@ def candidates(
             torch.compile(peer_compiled), by_length, bf16
         )
         tricks.append(("torch.compile", "ours, torch.compile", "ours"))
+    if device.type == "cpu":
+        c["ours, oneDNN products"] = Candidate(
+            peers.variant(ours), by_length, bf16, products="onednn"
+        )
+        tricks.append(("oneDNN products (CPU)", "ours, oneDNN products", "ours"))
     return c, tricks
 
 

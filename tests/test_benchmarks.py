@@ -197,6 +197,7 @@ def test_train_step_measures_every_candidate_on_random_batches():
     assert {t["trick"] for t in results["tricks"]} >= {
         "batches by length",
         "fused Adam (one kernel)",
+        "oneDNN products (CPU)",
     }
 
 

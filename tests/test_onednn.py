@@ -4,7 +4,9 @@ The reference is the chapter's own ``IncrementalDecoder`` on the same weights: t
 every step (to float32 rounding: the two libraries add a product's terms in different orders),
 whatever the model's variant and the order of the rows, and the same searches' outputs."""
 
+import contextlib
 import io
+import json
 import sys
 
 import pytest
@@ -162,3 +164,98 @@ def test_make_translator_runs_the_decoder_it_names(folder):
     for search in (GREEDY, SearchConfig(beam_size=3)):
         expected = translate(model, tokenizer, sentences, search, decoder_state=OneDNNDecoder)
         assert make_translator(model, tokenizer, "onednn")(sentences, search) == expected
+
+
+# --- Training with oneDNN's products (transformer_lib.performance.OneDNNProducts).
+
+
+@pytest.mark.parametrize("changes", VARIANTS.values(), ids=VARIANTS.keys())
+def test_the_products_give_pytorchs_loss_and_gradients(changes, monkeypatch):
+    """One forward and backward of a model in training (dropout off, so both see the same
+    function): the loss and every gradient as PyTorch's own products give them, to float32
+    rounding (relative to each tensor's largest entry), with every product through oneDNN."""
+    from transformer_lib import performance
+    from transformer_lib.performance import OneDNNProducts
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].shape)
+        return onednn_linear(*args, **kwargs)
+
+    monkeypatch.setattr(performance, "onednn_linear", counted)
+
+    src = padded_sources()
+    tgt = torch.randint(4, VOCAB, (5, 7), generator=torch.Generator().manual_seed(2))
+    found = []
+    for mode in (contextlib.nullcontext(), OneDNNProducts()):
+        model = seeded_model(**changes).train()
+        with mode:
+            loss = model(src, tgt).log_softmax(-1).mean()
+        forward_calls = len(calls)
+        loss.backward()
+        found.append((loss, {n: p.grad for n, p in model.named_parameters()}))
+    (loss, expected), (onednn_loss, grads) = found
+    # Every nn.Linear forward went through oneDNN, and each product's gradients did too.
+    linears = sum(isinstance(m, torch.nn.Linear) for m in seeded_model(**changes).modules())
+    assert forward_calls >= linears and len(calls) >= 2 * forward_calls, (linears, len(calls))
+    torch.testing.assert_close(onednn_loss, loss, rtol=1e-5, atol=1e-6)
+    for name, grad in expected.items():
+        gap = (grads[name] - grad).abs().max() / grad.abs().max().clamp_min(1e-12)
+        assert gap < 1e-4, f"{name}: {gap:.1e}"
+
+
+def test_other_dtypes_and_code_outside_the_block_are_untouched():
+    from transformer_lib.performance import OneDNNProducts
+
+    x, w = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    with OneDNNProducts():
+        inside = torch.nn.functional.linear(x, w)
+    assert torch.equal(inside, torch.nn.functional.linear(x, w))
+
+
+def toy_training(tmp_path, name: str, products, max_steps: int, resume: bool = False):
+    from toy_seq2seq import ToyModel, toy_batches
+
+    from transformer_lib.training import TrainingConfig, train
+
+    config = TrainingConfig(
+        max_steps=max_steps, warmup_steps=4, log_every=1, checkpoint_every=3, products=products
+    )
+    torch.manual_seed(0)
+    model = ToyModel()
+    summary = train(
+        model, toy_batches, config, tmp_path / name, d_model=model.d_model, pad_id=0,
+        model_config=model.config, resume=resume, device="cpu", progress=False,
+    )  # fmt: skip
+    losses = [
+        json.loads(line)["loss"]
+        for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "train"
+    ]
+    return model, summary, losses
+
+
+def test_training_with_onednn_follows_pytorchs_run_and_resumes_exactly(tmp_path):
+    _, _, default = toy_training(tmp_path, "default", None, 6)
+    straight, _, onednn = toy_training(tmp_path, "straight", "onednn", 6)
+    assert onednn == pytest.approx(default, rel=1e-4)  # the same run, to rounding
+    toy_training(tmp_path, "stopped", "onednn", 4)
+    resumed, summary, _ = toy_training(tmp_path, "stopped", "onednn", 6, resume=True)
+    assert summary["step"] == 6
+    for (name, a), (_, b) in zip(
+        straight.state_dict().items(), resumed.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("products, device", [("mkl", "cpu"), ("onednn", "meta")])
+def test_products_it_cannot_give_are_refused(tmp_path, products, device):
+    from toy_seq2seq import ToyModel, toy_batches
+
+    from transformer_lib.training import TrainingConfig, train
+
+    model = ToyModel()
+    with pytest.raises(ValueError, match=f"products={products!r} on {device}"):
+        train(model, toy_batches, TrainingConfig(max_steps=1, products=products),
+              tmp_path / "run", d_model=8, pad_id=0, device=device, progress=False)  # fmt: skip

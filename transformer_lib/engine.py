@@ -290,7 +290,7 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-# %% book/inference_engine.md:881 (cell 31)
+# %% book/inference_engine.md:887 (cell 31)
 import torch.nn.functional as F
 from torch import Tensor
 

@@ -107,3 +107,53 @@ PEAKS = (  # the first match wins: "H100 PCIe" must come before "H100"
 def peak_for(device_name: str) -> Peak | None:
     """The peak of the device called ``device_name`` (e.g. "NVIDIA H100 80GB HBM3"), or None."""
     return next((peak for peak in PEAKS if peak.name in device_name), None)
+
+
+# %% book/performance.md:387 (cell 16)
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from transformer_lib.engine import onednn_linear, require_onednn
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """y = x W^T + b by oneDNN, and its gradients by oneDNN: dL/dx = dL/dy W,
+    dL/dW = (dL/dy)^T x, dL/db the sum of dL/dy over rows."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return onednn_linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        need_x, need_weight, need_bias = ctx.needs_input_grad
+        rows, inputs = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
+        # onednn_linear(a, b) is a b^T: pass W^T for dL/dx, and x^T for dL/dW.
+        grad_x = onednn_linear(grad, weight.t().contiguous()) if need_x else None
+        grad_weight = (
+            onednn_linear(rows.t().contiguous(), inputs.t().contiguous()) if need_weight else None
+        )
+        grad_bias = rows.sum(0) if ctx.has_bias and need_bias else None
+        return grad_x, grad_weight, grad_bias
+
+
+class OneDNNProducts(TorchFunctionMode):
+    """Inside ``with OneDNNProducts():`` every ``F.linear`` of float32 CPU tensors (``nn.Linear``'s
+    included) is computed by oneDNN, forward and backward; anything else runs as it would."""
+
+    def __init__(self):
+        require_onednn()
+        super().__init__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, weight = args[0], args[1]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32:
+                return _OneDNNLinear.apply(x, weight, bias)
+        return func(*args, **kwargs)

@@ -101,13 +101,14 @@ class TrainingConfig:
     validate_every: int | None = None  # updates between validations; None: after each epoch
     seed: int = 0  # seeds Python, NumPy and PyTorch (plus the rank, for dropout)
     bf16: bool = True  # bf16 autocast on CUDA; the CPU always trains in float32
+    products: str | None = None  # "onednn": a CPU's linear layers by oneDNN (chapter "Performance")
 
 
 # Settings that may change when a run is resumed: how far it goes and how it reports.
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:334 (cell 21)
+# %% book/training.md:335 (cell 21)
 def update_step(
     network: nn.Module,
     group: Sequence,
@@ -232,6 +233,11 @@ def train(
     """
     rank, world = distributed.rank_and_world()
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if config.products not in (None, "onednn") or (config.products and device.type != "cpu"):
+        raise ValueError(
+            f"products={config.products!r} on {device}: products is None (PyTorch's own) or "
+            "'onednn', which computes a CPU's products"
+        )
     run_dir, folder = Path(run_dir), Path(run_dir) / "checkpoints"
     settings = {
         "training": jsonable(config),
@@ -283,6 +289,10 @@ def train(
     autocast = torch.autocast(
         device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and config.bf16
     )
+    if config.products == "onednn":  # a CPU's products by oneDNN: see the Performance chapter
+        from transformer_lib.performance import OneDNNProducts
+
+        autocast = OneDNNProducts()
     metrics = open(run_dir / "metrics.jsonl", "a") if rank == 0 else None
     bar = tqdm(total=config.max_steps, initial=step, disable=not progress or rank != 0, unit="step")
 
@@ -400,7 +410,7 @@ def train(
     }
 
 
-# %% book/training_loop.md:321 (cell 5)
+# %% book/training_loop.md:330 (cell 5)
 import tempfile
 
 
