@@ -21,8 +21,9 @@ from transformer_lib.decoding import (
     greedy_search,
     translate,
 )
-from transformer_lib.engine import EngineError, OneDNNDecoder, make_translator, onednn_linear
+from transformer_lib.engine import EngineError, OneDNNDecoder, make_translator
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.onednn import onednn_linear
 from transformer_lib.pretrained import save_pretrained
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 
@@ -166,7 +167,7 @@ def test_make_translator_runs_the_decoder_it_names(folder):
         assert make_translator(model, tokenizer, "onednn")(sentences, search) == expected
 
 
-# --- Training with oneDNN's products (transformer_lib.performance.OneDNNProducts).
+# --- Training with oneDNN's products (transformer_lib.onednn.OneDNNProducts).
 
 
 @pytest.mark.parametrize("changes", VARIANTS.values(), ids=VARIANTS.keys())
@@ -174,8 +175,8 @@ def test_the_products_give_pytorchs_loss_and_gradients(changes, monkeypatch):
     """One forward and backward of a model in training (dropout off, so both see the same
     function): the loss and every gradient as PyTorch's own products give them, to float32
     rounding (relative to each tensor's largest entry), with every product through oneDNN."""
-    from transformer_lib import performance
-    from transformer_lib.performance import OneDNNProducts
+    from transformer_lib import onednn
+    from transformer_lib.onednn import OneDNNProducts
 
     calls = []
 
@@ -183,7 +184,7 @@ def test_the_products_give_pytorchs_loss_and_gradients(changes, monkeypatch):
         calls.append(args[1].shape)
         return onednn_linear(*args, **kwargs)
 
-    monkeypatch.setattr(performance, "onednn_linear", counted)
+    monkeypatch.setattr(onednn, "onednn_linear", counted)
 
     src = padded_sources()
     tgt = torch.randint(4, VOCAB, (5, 7), generator=torch.Generator().manual_seed(2))
@@ -206,7 +207,7 @@ def test_the_products_give_pytorchs_loss_and_gradients(changes, monkeypatch):
 
 
 def test_other_dtypes_and_code_outside_the_block_are_untouched():
-    from transformer_lib.performance import OneDNNProducts
+    from transformer_lib.onednn import OneDNNProducts
 
     x, w = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
     with OneDNNProducts():

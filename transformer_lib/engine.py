@@ -290,30 +290,12 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-# %% book/inference_engine.md:887 (cell 31)
+# %% book/inference_engine.md:888 (cell 31)
 import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib.model import _residual
-
-
-def require_onednn() -> None:
-    """Refuse, in one sentence, a PyTorch without the oneDNN operator that ``onednn_linear`` calls."""
-    if not (
-        torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    ):
-        raise EngineError(
-            "this PyTorch build has no oneDNN (torch.backends.mkldnn.is_available() is False): "
-            "use the default engine"
-        )
-
-
-def onednn_linear(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, relu: bool = False
-) -> Tensor:
-    """x W^T + b, as ``torch.nn.functional.linear``, computed by oneDNN, and max(0, .) of it
-    with ``relu``, fused into the product. float32 on the CPU; no gradient."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "relu" if relu else "none", [], "")
+from transformer_lib.onednn import onednn_linear, require_onednn
 
 
 class OneDNNDecoder(IncrementalDecoder):

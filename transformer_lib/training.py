@@ -165,6 +165,7 @@ from transformer_lib.checkpoints import (
     set_rng_state,
     write_checkpoint,
 )
+from transformer_lib.onednn import onednn_products
 from transformer_lib.provenance import jsonable, write_text_atomically
 
 
@@ -233,11 +234,7 @@ def train(
     """
     rank, world = distributed.rank_and_world()
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if config.products not in (None, "onednn") or (config.products and device.type != "cpu"):
-        raise ValueError(
-            f"products={config.products!r} on {device}: products is None (PyTorch's own) or "
-            "'onednn', which computes a CPU's products"
-        )
+    products = onednn_products(config.products, device)  # None: PyTorch's (chapter Performance)
     run_dir, folder = Path(run_dir), Path(run_dir) / "checkpoints"
     settings = {
         "training": jsonable(config),
@@ -286,13 +283,9 @@ def train(
             write_text_atomically(run_dir / "config.json", json.dumps(settings, indent=2) + "\n")
 
     network = distributed.wrap(model, device)
-    autocast = torch.autocast(
+    autocast = products or torch.autocast(
         device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and config.bf16
     )
-    if config.products == "onednn":  # a CPU's products by oneDNN: see the Performance chapter
-        from transformer_lib.performance import OneDNNProducts
-
-        autocast = OneDNNProducts()
     metrics = open(run_dir / "metrics.jsonl", "a") if rank == 0 else None
     bar = tqdm(total=config.max_steps, initial=step, disable=not progress or rank != 0, unit="step")
 
@@ -410,7 +403,7 @@ def train(
     }
 
 
-# %% book/training_loop.md:330 (cell 5)
+# %% book/training_loop.md:323 (cell 5)
 import tempfile
 
 
