@@ -121,3 +121,17 @@ def embed(weight: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     angle = pos / 10000 ** (2 * i / d_model)
     pe = torch.where(torch.arange(d_model) % 2 == 0, torch.sin(angle), torch.cos(angle))
     return weight[tokens] * math.sqrt(d_model) + pe
+
+
+def run_cli(args: list[str], stdin: str, monkeypatch, capsys) -> tuple[int, str, str]:
+    """``python -m transformer_lib`` in this process, with ``stdin`` as standard input: its exit
+    status, standard output and standard error."""
+    import io
+    import sys
+
+    from transformer_lib import cli
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    status = cli.main(args)
+    out, err = capsys.readouterr()
+    return status, out, err

@@ -5,7 +5,6 @@ BLEU our beam search scored, and without the package everything else still works
 The reference is our own PyTorch model: every CTranslate2 number is compared with what the model
 computes on the same weights, teacher-forced or through the decoding chapter's searches."""
 
-import io
 import json
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import require_multi30k
+from helpers import require_multi30k, run_cli
 
 from transformer_lib import cli
 from transformer_lib.data import load_multi30k
@@ -256,13 +255,6 @@ def folder(tokenizer, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("model") / "model"
     save_pretrained(model, tokenizer, run, path)
     return path
-
-
-def run_cli(args: list[str], stdin: str, monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    status = cli.main(args)
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_translate_with_the_engine(folder, sentences, monkeypatch, capsys):

@@ -5,14 +5,12 @@ every step (to float32 rounding: the two libraries add a product's terms in diff
 whatever the model's variant and the order of the rows, and the same searches' outputs."""
 
 import contextlib
-import io
 import json
-import sys
 
 import pytest
 import torch
+from helpers import run_cli
 
-from transformer_lib import cli
 from transformer_lib.decoding import (
     GREEDY,
     IncrementalDecoder,
@@ -130,13 +128,6 @@ def folder(tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "model"
     save_pretrained(Transformer(config).eval(), tokenizer, run, path)
     return path
-
-
-def run_cli(args: list[str], stdin: str, monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    status = cli.main(args)
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_translate_with_the_onednn_engine_writes_our_translations(folder, monkeypatch, capsys):

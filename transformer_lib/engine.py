@@ -290,7 +290,7 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-# %% book/inference_engine.md:888 (cell 31)
+# %% book/inference_engine.md:890 (cell 31)
 import torch.nn.functional as F
 from torch import Tensor
 
