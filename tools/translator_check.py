@@ -61,8 +61,10 @@ BEAM_KINDS = ("a caption", "15 words")  # also translated with beam search (floa
 FORMS = ("float32", "8bit")
 # How far the heatmap's weights (shown to 3 decimals) may be from Python's: the rounding, and in
 # 8 bits the activations' quantization, whose rounding the browser's WebAssembly kernels may do
-# differently by one step (measured: up to 0.001; the pieces written stay equal).
-WEIGHT_TOLERANCE = {"float32": 0.0005 + 1e-6, "8bit": 0.005}
+# differently by one step. Measured: up to 0.001 with the width-128 models, up to 0.019 with the
+# width-192 ones on the 60-word sentence, where a step's difference carries through 3 layers and
+# 60 decoding steps; the pieces written stay equal, which the check requires.
+WEIGHT_TOLERANCE = {"float32": 0.0005 + 1e-6, "8bit": 0.025}
 SETTLED = "['done', 'error'].includes(document.getElementById('translator').dataset.state)"
 TIMEOUT_MS = 120_000
 
