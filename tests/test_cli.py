@@ -257,6 +257,25 @@ def test_translate_bad_beam_is_a_usage_error(tmp_path):
     assert result.returncode == 2 and "--beam" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    "options, run, expected",
+    [
+        ([], {"profile": "laptop"}, "laptop"),  # the length penalty the profile is evaluated with
+        ([], {"profile": "ci"}, "ci"),
+        ([], {}, 0.6),  # a model of no known profile: §6.1's
+        (["--alpha", "0.25"], {"profile": "laptop"}, 0.25),  # the reader's choice wins
+    ],
+)
+def test_the_length_penalty_follows_the_models_profile(options, run, expected):
+    from transformer_lib.cli import _search, build_parser
+    from transformer_lib.recipe import PROFILES
+
+    args = build_parser().parse_args(["translate", "--model", "m", *options])
+    wanted = PROFILES[expected].alpha if isinstance(expected, str) else expected
+    assert _search(args, run).alpha == wanted
+    assert _search(args).beam_size == 4
+
+
 def test_translate_missing_checkpoint_is_a_usage_error(tmp_path):
     result = run("translate", "--checkpoint", str(tmp_path / "none.pt"))
     assert result.returncode == 2 and "is not a file" in result.stderr

@@ -209,7 +209,11 @@ def test_search_options_reach_the_report(tiny_report):
         (["--results", "results/multi30k-de-en"], "reserved for complete runs"),
         (
             ["--results", "results/multi30k-de-en", "--profile", "laptop", "--beam", "2"],
-            "evaluated as §6.1 does",
+            "evaluated as the recipe does",
+        ),
+        (  # a length penalty other than the one the profile's runs are evaluated with
+            ["--results", "results/multi30k-de-en", "--profile", "laptop", "--alpha", "0.01"],
+            "evaluated as the recipe does",
         ),
         (["--beam", "0"], "beam_size must be at least 1"),
         (["--tgt", "de"], "both 'de'"),
@@ -291,4 +295,6 @@ def test_recorded_runs_agree_with_sacrebleu(folder):
     assert report["config"]["run"]["profile"] == profile
     assert report["manifest"]["profile"] == profile
     assert report["manifest"]["training"]["steps"] == PROFILES[profile].training.max_steps
+    # evaluated as the recipe evaluates: §6.1's beam, the profile's length penalty
+    assert (report["bleu"]["beam_size"], report["bleu"]["alpha"]) == (4, PROFILES[profile].alpha)
     assert report["manifest"]["git_commit"], "a recorded run names the commit that made it"

@@ -6,7 +6,7 @@ apart for the `laptop` profile), beam 4 and length penalty alpha = 0.6. The pape
 and alpha "after experimentation on the development set" of its own data (§6.1); this script
 makes the same experiment on a finished run of ours. It scores other windows (the last 1, 5, 10
 or 20 checkpoints, at the run's own interval and wider ones) at alpha 0.6, and other values of
-alpha at the recipe's window, each translated with beam 4 over the validation split (cased
+alpha at the recipe's window, and the wider windows with the larger alphas, each translated with beam 4 over the validation split (cased
 sacreBLEU, chrF, the length ratio that BLEU's brevity penalty reads), beside the validation
 perplexity (tools/search_common.py). The test sets are never looked at.
 
@@ -14,7 +14,7 @@ The trainer keeps only the last 5 checkpoints of a run, so a run's checkpoints m
 kept as it trained (for example hard-linked into another folder as they appear):
 
     python tools/evaluation_choices.py --checkpoints KEPT --src de --tgt en \\
-        --out results/evaluation-choices/laptop-de-en.jsonl
+        --out results/evaluation-choices/RUN-de-en.jsonl
 
 Each line of ``--out`` is one choice scored; a choice already in the file is not scored again.
 Beside it, ``<out>.manifest.json`` names the code, the machine and the command.
@@ -38,7 +38,9 @@ RECIPE = (5, 1, 0.6)  # checkpoints averaged, their spacing in intervals, alpha 
 CHOICES = [
     RECIPE,
     *[(average, every, 0.6) for average, every in [(1, 1), (10, 1), (20, 1), (5, 5), (10, 5)]],
-    *[(5, 1, alpha) for alpha in (0.0, 0.3, 0.9, 1.2, 1.5)],
+    *[(5, 1, alpha) for alpha in (0.0, 0.3, 0.9, 1.2, 1.5, 1.8, 2.1)],
+    # both choices at once: the wider windows with the longer-favouring alphas
+    *[(average, 1, alpha) for average in (10, 20) for alpha in (0.9, 1.2, 1.5)],
 ]
 
 

@@ -1,4 +1,5 @@
-"""Make the book's real run: train, average the last 5 checkpoints, evaluate as §6.1, report.
+"""Make the book's real run: train, average the last 5 checkpoints, evaluate as §6.1 (with the
+profile's length penalty), report.
 
     python tools/real_run.py --profile full --src de --tgt en \\
         --work runs/full-de-en --results results/multi30k-de-en [--time-limit 420]
@@ -49,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python tools/real_run.py",
         description="Train a Multi30k model, average its last checkpoints, evaluate it on every "
-        "test set (by default as §6.1: beam 4, alpha 0.6) and write the report of the chapter 'The real run'.",
+        "test set (by default as §6.1: beam 4, and the length penalty alpha the profile's "
+        "validation runs chose) and write the report of the chapter 'The real run'.",
     )
     parser.add_argument("--profile", required=True, choices=["ci", *RECORDED], help="run size")
     parser.add_argument("--src", required=True, choices=["de", "en"], help="source language")
@@ -62,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, help="evaluate only the first N test sentences")
     parser.add_argument("--average", type=int, default=5, help="checkpoints to average (5)")
     parser.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (4, §6.1)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (0.6, §6.1)")
+    parser.add_argument(
+        "--alpha", type=float, help="length penalty (the profile's: 0.6 as §6.1, unless it says)"
+    )
     parser.add_argument(
         "--extra-length", type=int, default=50, help="output tokens beyond the input's (50, §6.1)"
     )
@@ -80,11 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def search_settings(args: argparse.Namespace):
-    """The options' search settings as one value (their checks are SearchConfig's)."""
+    """The options' search settings as one value (their checks are SearchConfig's); without
+    --alpha, the length penalty of the profile."""
     from transformer_lib.decoding import SearchConfig
+    from transformer_lib.recipe import PROFILES
 
+    alpha = PROFILES[args.profile].alpha if args.alpha is None else args.alpha
     try:
-        return SearchConfig(args.beam, args.alpha, args.extra_length, args.batch_size)
+        return SearchConfig(args.beam, alpha, args.extra_length, args.batch_size)
     except ValueError as err:
         raise UsageError(f"{err} (options --beam, --alpha, --extra-length, --batch-size)") from err
 
@@ -106,17 +113,20 @@ def check(args: argparse.Namespace) -> None:
     if args.data_dir is not None and not args.data_dir.is_dir():
         raise UsageError(f"--data-dir {args.data_dir} is not a folder")
     from transformer_lib.decoding import SearchConfig
+    from transformer_lib.recipe import PROFILES
 
     search = search_settings(args)
     shortened = args.max_steps is not None or args.limit is not None
-    not_the_papers = search != SearchConfig(batch_size=search.batch_size)  # §6.1's settings
+    # §6.1's beam and output length, and the length penalty of the profile's evaluation
+    recipe = SearchConfig(alpha=PROFILES[args.profile].alpha, batch_size=search.batch_size)
+    not_the_recipe = search != recipe
     if args.results.name.startswith(RESERVED) and (
-        shortened or args.profile not in RECORDED or not_the_papers
+        shortened or args.profile not in RECORDED or not_the_recipe
     ):
         raise UsageError(
             f"{args.results} is reserved for complete runs of the profiles {', '.join(RECORDED)} "
-            "evaluated as §6.1 does (no --max-steps, no --limit, the default --beam, --alpha and "
-            "--extra-length): write other runs elsewhere, e.g. under runs/"
+            "evaluated as the recipe does (no --max-steps, no --limit, the default --beam, "
+            "--alpha and --extra-length): write other runs elsewhere, e.g. under runs/"
         )
     if args.results.resolve() == args.work.resolve():
         raise UsageError("--results and --work must be different folders")

@@ -126,7 +126,7 @@ class PythonReference:
         state = graphs.decoder_state(None, torch.tensor([source]))
         bos, eos = entry["bos_id"], entry["eos_id"]
         if beam:
-            output = beam_search(state, bos, eos, limits, beam_size=4, alpha=0.6)[0].tokens
+            output = beam_search(state, bos, eos, limits, 4, entry["alpha"])[0].tokens
         else:
             output = greedy_search(state, bos, eos, limits)[0]
         ended = len(output) < limit  # the searches stop at the limit without writing </s>

@@ -212,7 +212,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:559 (cell 22)
+# %% book/command_line.md:560 (cell 22)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -221,7 +221,9 @@ def _add_search_options(command) -> None:
         help="a shipped model, by name (e.g. multi30k-de-en-laptop) or the path of its folder",
     )
     command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
-    command.add_argument("--alpha", type=float, default=0.6, help="length penalty (default 0.6)")
+    command.add_argument(
+        "--alpha", type=float, help="length penalty (default: the one the model's profile uses)"
+    )
     command.add_argument(
         "--extra-length", type=int, default=50, help="output tokens beyond the input's (50)"
     )
@@ -239,12 +241,16 @@ def _add_search_options(command) -> None:
     )
 
 
-def _search(args: argparse.Namespace):
-    """The search settings of the options, as one value (their checks are SearchConfig's)."""
+def _search(args: argparse.Namespace, run: dict | None = None):
+    """The search settings of the options, as one value (their checks are SearchConfig's).
+    Without --alpha, the length penalty of the profile that trained the model (``run`` is its
+    description), as the profile's runs are evaluated; §6.1's 0.6 for any other model."""
     from transformer_lib.decoding import SearchConfig
+    from transformer_lib.recipe import profile_alpha
 
+    alpha = profile_alpha(run) if args.alpha is None else args.alpha
     try:
-        return SearchConfig(args.beam, args.alpha, args.extra_length, args.batch_size)
+        return SearchConfig(args.beam, alpha, args.extra_length, args.batch_size)
     except ValueError as err:
         message = str(err)
         for field, option in [("beam_size", "--beam"), ("batch_size", "--batch-size")]:
@@ -321,9 +327,10 @@ def run_translate(args: argparse.Namespace) -> int:
 
     from transformer_lib.engine import make_translator
 
-    search = _search(args)
+    _search(args)  # the options are checked before the model loads
     _check_engine(args)
-    model, tokenizer, _, _ = _load(args)
+    model, tokenizer, run, _ = _load(args)
+    search = _search(args, run)
     sentences = _stdin_lines()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -335,7 +342,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:720 (cell 26)
+# %% book/command_line.md:728 (cell 26)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
@@ -373,9 +380,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     else:
         out = args.checkpoint.with_name(f"{args.checkpoint.stem}.{args.split}.json")
     check_out_folder(out)
-    search = _search(args)
+    _search(args)  # the options are checked before the model loads
     _check_engine(args)
     model, tokenizer, run, loaded = _load(args)
+    search = _search(args, run)
     if "src" not in run or "tgt" not in run:
         raise UsageError(f"{used} does not say which languages it translates")
     if run.get("data", "multi30k") != "multi30k":
@@ -401,7 +409,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     hypotheses_path = save_evaluation(scores, hypotheses, out)
     print(
         f"{args.split} {run['src']}->{run['tgt']}, {scores['sentences']} sentences, "
-        f"beam {args.beam}, alpha {args.alpha}"
+        f"beam {search.beam_size}, alpha {search.alpha}"
     )
     print(scores["bleu_detail"])
     print(f"chrF = {scores['chrf']:.2f}")

@@ -305,9 +305,10 @@ class OnnxGraphs:
         return OnnxDecoder(self, src)
 
 
-# %% book/export.md:446 (cell 12)
+# %% book/export.md:447 (cell 12)
 from transformer_lib.pretrained import load_pretrained, verify_model_folder
 from transformer_lib.provenance import write_json
+from transformer_lib.recipe import profile_alpha
 from transformer_lib.tokenizer import BOS_ID, EOS_ID
 
 PAGE_MODELS = ("multi30k-de-en-laptop", "multi30k-en-de-laptop")  # the translator page's
@@ -382,6 +383,7 @@ def export_model_folder(
             "pad_id": c.pad_id,
             "bos_id": BOS_ID,
             "eos_id": EOS_ID,
+            "alpha": profile_alpha(config.get("run")),  # the beam's length penalty, as evaluated
             "bytes": {name: (staging / name).stat().st_size for name in files},
             "model_sha256": sha256,
             "versions": _tool_versions(),

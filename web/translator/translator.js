@@ -8,7 +8,7 @@ import { beamSearch, greedy } from "./search.js";
 
 const BASE = new URL("./", import.meta.url);
 const LANGUAGES = { de: "German", en: "English" };
-const BEAM = { size: 4, alpha: 0.6 }; // the paper's (§6.1)
+const BEAM_SIZE = 4; // the paper's (§6.1); the length penalty is the model's own (export.json)
 const EXTRA_LENGTH = 50; // an output may be this much longer than its input (§6.1)
 const EXAMPLES = {
   de: [
@@ -145,7 +145,7 @@ async function translate() {
     const started = performance.now();
     const state = await model.start(sourceIds);
     const found = chosen.beam
-      ? await beamSearch(state, entry.bos_id, entry.eos_id, maxLength, BEAM.size, BEAM.alpha)
+      ? await beamSearch(state, entry.bos_id, entry.eos_id, maxLength, BEAM_SIZE, entry.alpha)
       : await greedy(state, entry.bos_id, entry.eos_id, maxLength);
     const searchMs = performance.now() - started;
     const attention = await model.crossAttention(sourceIds, found.tokens, found.ended);
@@ -162,7 +162,7 @@ async function translate() {
     fillSelect($("translator-layer"), entry.n_layers, entry.n_layers);
     fillSelect($("translator-head"), entry.n_heads, 1);
     drawAttention();
-    const search = chosen.beam ? `beam ${BEAM.size}, α = ${BEAM.alpha}` : "greedy";
+    const search = chosen.beam ? `beam ${BEAM_SIZE}, α = ${entry.alpha}` : "greedy";
     say("done", `Translated in ${(searchMs / 1000).toFixed(2)} s (${search}, ${chosen.form} weights).`);
   } catch (error) {
     fail("The translation failed", error);
