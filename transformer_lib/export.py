@@ -306,15 +306,13 @@ class OnnxGraphs:
 
 
 # %% book/export.md:447 (cell 12)
-from transformer_lib.pretrained import load_pretrained, verify_model_folder
+from transformer_lib.pretrained import evaluated_alpha, load_pretrained, verify_model_folder
 from transformer_lib.provenance import write_json
-from transformer_lib.recipe import profile_alpha
 from transformer_lib.tokenizer import BOS_ID, EOS_ID
 
 PAGE_MODELS = ("multi30k-de-en-laptop", "multi30k-en-de-laptop")  # the translator page's
 MODELS_ENV = "TRANSFORMER_LIB_MODELS"  # where the shipped models are read from; results/ if unset
-# The code the graphs are made from: a change in any of these exports them again.
-GRAPH_SOURCES = ("attention.py", "model.py", "export.py")
+GRAPH_SOURCES = ("attention.py", "model.py", "export.py")  # a change in one exports them again
 
 
 def models_folder() -> Path:
@@ -383,7 +381,7 @@ def export_model_folder(
             "pad_id": c.pad_id,
             "bos_id": BOS_ID,
             "eos_id": EOS_ID,
-            "alpha": profile_alpha(config.get("run")),  # the beam's length penalty, as evaluated
+            "alpha": evaluated_alpha(folder),  # the page's beam searches as the report did
             "bytes": {name: (staging / name).stat().st_size for name in files},
             "model_sha256": sha256,
             "versions": _tool_versions(),

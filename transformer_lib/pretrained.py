@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import transformer_lib
+from transformer_lib.decoding import SearchConfig
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.provenance import atomic_file, write_json, write_text_atomically
 from transformer_lib.tokenizer import BPETokenizer
@@ -69,7 +70,7 @@ def unique_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
-# %% book/runs.md:1057 (cell 30)
+# %% book/runs.md:1058 (cell 30)
 def save_pretrained(
     model: Transformer,
     tokenizer: BPETokenizer,
@@ -114,12 +115,19 @@ def save_pretrained(
     return entry
 
 
-# %% book/runs.md:1108 (cell 32)
+# %% book/runs.md:1109 (cell 32)
 def available_models() -> list[str]:
     """The names of the model folders in this checkout's ``results/``."""
     if not RESULTS.is_dir():
         return []
     return sorted(p.parent.name for p in RESULTS.glob("*/model.safetensors"))
+
+
+def evaluated_alpha(folder: str | os.PathLike) -> float:
+    """The length penalty a model folder's report scored it with (its ``bleu.json``), or §6.1's
+    0.6 for a folder without a report."""
+    report = Path(folder) / "bleu.json"
+    return json.loads(report.read_text())["alpha"] if report.is_file() else SearchConfig.alpha
 
 
 def model_folder(name_or_path: str | os.PathLike) -> Path:
