@@ -316,8 +316,9 @@ def test_a_shipped_model_in_the_engine_scores_and_searches_as_ours(name):
     outputs equal on at least 99 of them (each other one a near-tie). At beam 4, α = 0.6 the two
     searches' rules differ (the chapter lists them): at least 95% of test_2016_flickr's
     translations are the same, where they differ the engine's mostly (4 in 5) scores higher by our
-    own model and length penalty, since it weighs more endings, and BLEU is within 0.5 of the
-    BLEU our beam search scored (bleu.json)."""
+    own model and length penalty, since it weighs more endings, and BLEU is within 0.5 of our
+    beam search's. The two are compared at §6.1's α, where the chapter compares them (the
+    report's own α may be the profile's, and the engine's length penalty is of another form)."""
     require_multi30k()
     folder = ROOT / "results" / name
     bleu = json.loads((folder / "bleu.json").read_text())
@@ -331,8 +332,8 @@ def test_a_shipped_model_in_the_engine_scores_and_searches_as_ours(name):
         model, engine, sources[:FIRST], tokenizer.encode_batch(references[:FIRST])
     )
     assert_greedy_agrees(model, engine, sources[:FIRST], at_least=99)
-    search = SearchConfig(bleu["beam_size"], bleu["alpha"], int(bleu["max_length"].split()[-1]))
-    assert (search.beam_size, search.alpha) == (4, 0.6)
+    search = SearchConfig(bleu["beam_size"], 0.6, int(bleu["max_length"].split()[-1]))
+    assert search.beam_size == 4
     ours = [
         ids
         for i in range(0, len(sources), 100)
@@ -349,9 +350,9 @@ def test_a_shipped_model_in_the_engine_scores_and_searches_as_ours(name):
     mine, other = scores([ours[i] for i in differ]), scores([theirs[i] for i in differ])
     higher = sum(b >= a - 1e-4 for a, b in zip(mine, other, strict=True))
     assert higher >= 0.8 * len(differ), f"the engine's scores higher on {higher} of {len(differ)}"
-    recorded = bleu["splits"]["test_2016_flickr"]["bleu"]
+    our_bleu = corpus_scores(tokenizer.decode_batch(ours), references)["bleu"]
     engine_bleu = corpus_scores(tokenizer.decode_batch(theirs), references)["bleu"]
-    assert abs(engine_bleu - recorded) <= 0.5, f"BLEU {engine_bleu:.2f} against ours {recorded:.2f}"
+    assert abs(engine_bleu - our_bleu) <= 0.5, f"BLEU {engine_bleu:.2f} against ours {our_bleu:.2f}"
 
 
 # --- The benchmark: one run writes every candidate's figures with a manifest.
