@@ -212,7 +212,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:560 (cell 22)
+# %% book/command_line.md:561 (cell 22)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -342,7 +342,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:728 (cell 26)
+# %% book/command_line.md:729 (cell 26)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
