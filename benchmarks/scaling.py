@@ -22,8 +22,9 @@ import torch
 
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.performance import training_flops
+from transformer_lib.schedule import make_optimizer
 from transformer_lib.tokenizer import PAD_ID
-from transformer_lib.training import label_smoothed_loss, make_optimizer
+from transformer_lib.training import label_smoothed_loss
 
 LENGTHS = (16, 32, 64, 128, 256, 512, 1024)
 SIZES = {  # (model, tokens per batch and side, timed rounds)

@@ -39,8 +39,9 @@ from transformer_lib.data import DataError, load_multi30k
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.onednn import OneDNNProducts
 from transformer_lib.performance import peak_for, training_flops
+from transformer_lib.schedule import make_optimizer
 from transformer_lib.tokenizer import PAD_ID, BPETokenizer
-from transformer_lib.training import label_smoothed_loss, make_optimizer
+from transformer_lib.training import label_smoothed_loss
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ LAYERS = [
     # atomic files, commit, machine; the user's mistakes on the command line: they know nothing
     # of the model or the data
     ["provenance", "usage"],
-    # masks, files, processes; oneDNN's products (decoding and training may use them)
-    ["attention", "checkpoints", "data", "distributed", "onednn"],
+    # masks, files, processes; oneDNN's products (decoding and training may use them); the
+    # learning-rate schedule
+    ["attention", "checkpoints", "data", "distributed", "onednn", "schedule"],
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
     # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
     ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],

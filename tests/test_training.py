@@ -21,13 +21,8 @@ from transformer_lib.checkpoints import (
     save_checkpoint,
     set_rng_state,
 )
-from transformer_lib.training import (
-    TrainingConfig,
-    label_smoothed_loss,
-    make_optimizer,
-    rate,
-    smoothed_targets,
-)
+from transformer_lib.schedule import cooldown, make_optimizer, rate
+from transformer_lib.training import TrainingConfig, label_smoothed_loss, smoothed_targets
 
 # ---------------------------------------------------------------------------- the schedule
 
@@ -58,6 +53,37 @@ def test_optimizer_uses_rate_of_update_n_at_update_n():
         )
         optimizer.step()
         scheduler.step()
+
+
+def test_cooldown_ramps_the_last_updates_linearly_and_spares_the_rest():
+    model = torch.nn.Linear(2, 2)
+    max_steps, last = 30, 10
+    optimizer, scheduler = make_optimizer(
+        model, d_model=32, warmup_steps=5, max_steps=max_steps, cooldown_steps=last
+    )
+    used = []
+    for _ in range(max_steps):
+        used.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    plain = [rate(n, 32, 5) for n in range(1, max_steps + 1)]
+    # Written out: update n of the last ten uses (31 - n) / 10 of formula (3).
+    expected = plain[:20] + [plain[n - 1] * (31 - n) / 10 for n in range(21, 31)]
+    assert all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(used, expected, strict=True))
+    assert used[-1] > 0 and math.isclose(used[-1], plain[-1] / 10, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("cooldown_steps", [0, None])
+def test_no_cooldown_is_formula_3(cooldown_steps):
+    assert all(cooldown(n, 10, cooldown_steps) == 1.0 for n in range(1, 11))
+
+
+@pytest.mark.parametrize("cooldown_steps,max_steps", [(-1, 10), (11, 10), (5, 0)])
+def test_a_cooldown_longer_than_the_run_is_refused_at_once(cooldown_steps, max_steps):
+    with pytest.raises(ValueError, match="must be 1..max_steps"):
+        make_optimizer(
+            torch.nn.Linear(1, 1), 32, max_steps=max_steps, cooldown_steps=cooldown_steps
+        )
 
 
 # ---------------------------------------------------------------------------- label smoothing
@@ -280,6 +306,34 @@ def test_a_checkpoint_from_another_configuration_is_refused(tmp_path):
     run(tmp_path, 5)
     with pytest.raises(CheckpointError, match="label_smoothing"):
         run(tmp_path, 10, resume=True, label_smoothing=0.2)
+
+
+def test_a_run_with_a_cooldown_resumes_exactly_but_cannot_be_lengthened(tmp_path):
+    straight, _ = run(tmp_path, 20, name="straight", cooldown_steps=8, keep_checkpoints=9)
+    # As if the run had been killed after update 10: its last checkpoint is that of update 10.
+    folder = tmp_path / "straight/checkpoints"
+    (tmp_path / "killed").mkdir()
+    (tmp_path / "straight/config.json").replace(tmp_path / "killed/config.json")
+    (tmp_path / "killed/checkpoints").mkdir()
+    (folder / "step-10.pt").replace(tmp_path / "killed/checkpoints/last.pt")
+    (tmp_path / "straight/metrics.jsonl").replace(tmp_path / "killed/metrics.jsonl")
+    with pytest.raises(CheckpointError, match="max_steps"):
+        run(tmp_path, 30, resume=True, name="killed", cooldown_steps=8)
+    resumed, _ = run(tmp_path, 20, resume=True, name="killed", cooldown_steps=8)
+    for (name, a), (_, b) in zip(
+        straight.state_dict().items(), resumed.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+def test_a_checkpoint_of_a_version_without_cooldowns_still_resumes(tmp_path):
+    run(tmp_path, 5)
+    path = tmp_path / "run/checkpoints/last.pt"
+    state = torch.load(path, weights_only=True)
+    del state["config"]["training"]["cooldown_steps"]  # as checkpoints written before it lack it
+    torch.save(state, path)
+    _, summary = run(tmp_path, 10, resume=True)
+    assert summary["step"] == 10
 
 
 def test_accumulation_equals_one_big_batch(tmp_path):

@@ -83,7 +83,7 @@ class Candidate:
     def __init__(self, variant, device):
         import torch
 
-        from transformer_lib.training import make_optimizer
+        from transformer_lib.schedule import make_optimizer
         from transformer_lib.variations import build_model
 
         self.variant, self.device = variant, device

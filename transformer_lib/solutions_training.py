@@ -83,10 +83,11 @@ import torch
 
 from transformer_lib.batching import collate
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.training import label_smoothed_loss, make_optimizer, smoothed_targets
+from transformer_lib.schedule import make_optimizer
+from transformer_lib.training import label_smoothed_loss, smoothed_targets
 
 
-# %% book/solutions.md:488 (cell 34)
+# %% book/solutions.md:489 (cell 34)
 def schedule_of_another_model(d_model: int = 256, warmup: int = 30) -> str:
     """Training, exercise 1: the peak of formula (3) and its two halves, read off an optimizer."""
     optimizer, scheduler = make_optimizer(torch.nn.Linear(1, 1), d_model, warmup_steps=warmup)
@@ -103,7 +104,7 @@ def schedule_of_another_model(d_model: int = 256, warmup: int = 30) -> str:
     return f"peak {used[peak_update - 1]:.3e} at update {peak_update}; half of it at {halves}"
 
 
-# %% book/solutions.md:513 (cell 36)
+# %% book/solutions.md:514 (cell 36)
 def smoothed_entropy(vocab_size: int, eps: float) -> float:
     """H(q) for q = (1 - eps) onehot + eps / V: one entry 1 - eps + eps / V, V - 1 of eps / V."""
     top, rest = 1 - eps + eps / vocab_size, eps / vocab_size
@@ -129,7 +130,7 @@ def floor_of_the_smoothed_loss(run_dir: Path, train_log: list[dict], eps: float)
     )
 
 
-# %% book/solutions.md:546 (cell 38)
+# %% book/solutions.md:547 (cell 38)
 def wrong_way_to_average(pairs: list[tuple[list[int], list[int]]]) -> str:
     """Training, exercise 3: a mean of per-batch means is not the update's gradient."""
     torch.manual_seed(0)
@@ -162,14 +163,14 @@ def wrong_way_to_average(pairs: list[tuple[list[int], list[int]]]) -> str:
     return f"target tokens per micro-batch {counts}: the mean of means has another gradient"
 
 
-# %% book/solutions.md:582 (cell 40)
+# %% book/solutions.md:583 (cell 40)
 import dataclasses
 
 from transformer_lib.attention import MultiHeadAttention, padding_mask
 from transformer_lib.inspection import attention_maps, saturated_share
 
 
-# %% book/solutions.md:596 (cell 42)
+# %% book/solutions.md:597 (cell 42)
 def padding_changes_nothing(greedy_decode, model, src, outputs: list, max_length: int) -> str:
     """The first example, exercise 1: three padding tokens more change no copy. ``greedy_decode``
     is the chapter's, ``outputs`` its copies of ``src`` (B, S)."""
@@ -179,7 +180,7 @@ def padding_changes_nothing(greedy_decode, model, src, outputs: list, max_length
     return f"{len(again)} copies, the same with three padding tokens more"
 
 
-# %% book/solutions.md:612 (cell 44)
+# %% book/solutions.md:613 (cell 44)
 def floor_for_another_recipe(eps: float = 0.2, vocab_size: int = 100) -> str:
     """The first example, exercise 2: the training loss's floor for eps and V, two ways."""
     q = smoothed_targets(torch.tensor([4]), vocab_size, eps, pad_id=0)[0]
@@ -190,7 +191,7 @@ def floor_for_another_recipe(eps: float = 0.2, vocab_size: int = 100) -> str:
     return f"floor {from_targets:.6f} from smoothed_targets, {closed_form:.6f} from the formula"
 
 
-# %% book/solutions.md:631 (cell 46)
+# %% book/solutions.md:632 (cell 46)
 def where_the_factor_starts(wide_config: TransformerConfig, probe, seed: int = 0) -> str:
     """The first example, exercise 3: saturated attention rows at the start, against the width,
     for the one-head ``wide_config`` and the chapter's ``probe`` batch."""

@@ -17,38 +17,7 @@ from torch import Tensor, nn
 from transformer_lib import distributed
 
 
-# %% book/training.md:71 (cell 5)
-def rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
-    """The learning rate of formula (3), §5.3, at update ``step`` (counted from 1)."""
-    if step < 1:
-        raise ValueError(f"updates are counted from 1, got step={step}")
-    return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
-
-
-def make_optimizer(
-    model: nn.Module,
-    d_model: int,
-    warmup_steps: int = 4000,
-    scale: float = 1.0,
-    betas: tuple[float, float] = (0.9, 0.98),
-    eps: float = 1e-9,
-    fused: bool | None = None,
-) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam with β = (0.9, 0.98), ε = 1e-9 and the warm-up schedule of formula (3) (§5.3).
-
-    The optimizer's base rate is 1, so the scheduler's factor *is* the learning rate; update n
-    (counted from 1) uses ``rate(n, d_model, warmup_steps, scale)``. ``fused=True`` updates every
-    parameter in one kernel (the performance chapter measures it); ``None`` keeps PyTorch's
-    default (one kernel per group of tensors on a GPU, a loop over parameters on the CPU).
-    """
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=betas, eps=eps, fused=fused)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda taken: rate(taken + 1, d_model, warmup_steps, scale)
-    )
-    return optimizer, scheduler
-
-
-# %% book/training.md:162 (cell 11)
+# %% book/training.md:199 (cell 13)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
     """The target distribution of PyTorch's ``cross_entropy(label_smoothing=...)`` (§5.4).
 
@@ -81,7 +50,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:293 (cell 19)
+# %% book/training.md:330 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business."""
@@ -89,6 +58,7 @@ class TrainingConfig:
     max_steps: int = 100_000  # optimizer updates; the paper's base model trains for 100k
     warmup_steps: int = 4000  # formula (3)
     lr_scale: float = 1.0  # multiplies formula (3); 1.0 is the paper's schedule
+    cooldown_steps: int | None = None  # the last N updates ramp the rate down; None: the paper's
     betas: tuple[float, float] = (0.9, 0.98)  # Adam, §5.3
     eps: float = 1e-9  # Adam, §5.3
     label_smoothing: float = 0.1  # ε_ls, §5.4
@@ -108,7 +78,7 @@ class TrainingConfig:
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:335 (cell 21)
+# %% book/training.md:373 (cell 23)
 def update_step(
     network: nn.Module,
     group: Sequence,
@@ -167,6 +137,7 @@ from transformer_lib.checkpoints import (
 )
 from transformer_lib.onednn import onednn_products
 from transformer_lib.provenance import jsonable, write_text_atomically
+from transformer_lib.schedule import make_optimizer
 
 
 @torch.no_grad()
@@ -243,7 +214,14 @@ def train(
     }
     model.to(device)
     optimizer, scheduler = make_optimizer(
-        model, d_model, config.warmup_steps, config.lr_scale, config.betas, config.eps
+        model,
+        d_model,
+        config.warmup_steps,
+        config.lr_scale,
+        config.betas,
+        config.eps,
+        max_steps=config.max_steps,
+        cooldown_steps=config.cooldown_steps,
     )
     step, epoch, index, wall, elapsed_before = 0, 0, 0, 0.0, 0.0
     if resume:
@@ -253,7 +231,8 @@ def train(
             settings["training"],
             settings["model"],
             settings["run"],
-            may_change=RESUMABLE_CHANGES,
+            # a cooldown is anchored at the last update: moving it would bend the schedule
+            may_change=RESUMABLE_CHANGES - ({"max_steps"} if config.cooldown_steps else set()),
         )
         if len(state["rng"]) != world:
             raise CheckpointError(
@@ -403,7 +382,7 @@ def train(
     }
 
 
-# %% book/training_loop.md:323 (cell 5)
+# %% book/training_loop.md:332 (cell 5)
 import tempfile
 
 
