@@ -4,6 +4,7 @@ computation, checkpoints that survive crashes and refuse code, and exact resumpt
 import json
 import math
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -308,22 +309,44 @@ def test_a_checkpoint_from_another_configuration_is_refused(tmp_path):
         run(tmp_path, 10, resume=True, label_smoothing=0.2)
 
 
-def test_a_run_with_a_cooldown_resumes_exactly_but_cannot_be_lengthened(tmp_path):
+def kill_after(tmp_path, name: str, step: int, killed: str) -> None:
+    """Make run ``killed`` the run ``name`` as it was had it been killed after update ``step``
+    (a checkpoint of that update must have been kept)."""
+    (tmp_path / killed / "checkpoints").mkdir(parents=True)
+    shutil.copy(tmp_path / name / "config.json", tmp_path / killed / "config.json")
+    shutil.copy(tmp_path / name / "metrics.jsonl", tmp_path / killed / "metrics.jsonl")
+    shutil.copy(
+        tmp_path / name / f"checkpoints/step-{step}.pt", tmp_path / killed / "checkpoints/last.pt"
+    )
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def test_a_run_cooling_down_resumes_exactly_but_cannot_be_lengthened(tmp_path):
     straight, _ = run(tmp_path, 20, name="straight", cooldown_steps=8, keep_checkpoints=9)
-    # As if the run had been killed after update 10: its last checkpoint is that of update 10.
-    folder = tmp_path / "straight/checkpoints"
-    (tmp_path / "killed").mkdir()
-    (tmp_path / "straight/config.json").replace(tmp_path / "killed/config.json")
-    (tmp_path / "killed/checkpoints").mkdir()
-    (folder / "step-10.pt").replace(tmp_path / "killed/checkpoints/last.pt")
-    (tmp_path / "straight/metrics.jsonl").replace(tmp_path / "killed/metrics.jsonl")
+    kill_after(tmp_path, "straight", 15, "killed")  # updates 14 and 15 were cooled
     with pytest.raises(CheckpointError, match="max_steps"):
         run(tmp_path, 30, resume=True, name="killed", cooldown_steps=8)
+    with pytest.raises(CheckpointError, match="cooldown_steps"):
+        run(tmp_path, 20, resume=True, name="killed", cooldown_steps=4)
     resumed, _ = run(tmp_path, 20, resume=True, name="killed", cooldown_steps=8)
-    for (name, a), (_, b) in zip(
-        straight.state_dict().items(), resumed.state_dict().items(), strict=True
-    ):
-        assert torch.equal(a, b), name
+    assert_same_weights(straight, resumed)
+
+
+def test_a_run_that_has_not_cooled_yet_branches_into_another_cooldown_exactly(tmp_path):
+    plain, _ = run(tmp_path, 20, name="plain", keep_checkpoints=9)  # the paper's schedule
+    cooled, _ = run(tmp_path, 25, name="cooled", cooldown_steps=10)  # from the start
+    kill_after(tmp_path, "plain", 15, "branch")  # 15 <= 25 + 1 - 10: nothing cooled yet
+    branched, summary = run(tmp_path, 25, resume=True, name="branch", cooldown_steps=10)
+    assert summary["step"] == 25
+    assert_same_weights(cooled, branched)
+    settings = json.loads((tmp_path / "branch/config.json").read_text())["training"]
+    assert settings["cooldown_steps"] == 10 and settings["max_steps"] == 25  # what it ran with
+    with pytest.raises(AssertionError):  # the check can fail: the cooldown changed the weights
+        assert_same_weights(plain, branched)
 
 
 def test_a_checkpoint_of_a_version_without_cooldowns_still_resumes(tmp_path):

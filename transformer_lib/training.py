@@ -157,6 +157,23 @@ def evaluate_loss(model: nn.Module, batches: Iterable, pad_id: int, device=None)
     return {"loss": mean, "ppl": float(np.exp(min(mean, 50.0))), "tokens": tokens}
 
 
+def resumable_changes(saved: dict, config: TrainingConfig, step: int) -> frozenset[str]:
+    """The training settings that a run resumed after update ``step`` may change (``saved``: the
+    checkpoint's). Beside RESUMABLE_CHANGES, the cooldown's length, and the run's length with a
+    cooldown, may change only while no update so far was cooled, under the old settings or the
+    new: the resumed run is then exactly the run that had the new settings from the start (a
+    study of cooldowns branches from one run's checkpoints so)."""
+
+    def cooled(max_steps: int, cooldown_steps: int | None) -> bool:
+        return bool(cooldown_steps) and step > max_steps + 1 - cooldown_steps
+
+    if cooled(saved["max_steps"], saved.get("cooldown_steps")) or cooled(
+        config.max_steps, config.cooldown_steps
+    ):
+        return RESUMABLE_CHANGES - {"max_steps"}  # a cooldown under way is anchored at its end
+    return RESUMABLE_CHANGES | {"cooldown_steps"}
+
+
 def _truncate_metrics(path: Path, step: int) -> None:
     """Drop metrics logged after ``step``: a resumed run writes them again."""
     if not path.is_file():
@@ -231,8 +248,7 @@ def train(
             settings["training"],
             settings["model"],
             settings["run"],
-            # a cooldown is anchored at the last update: moving it would bend the schedule
-            may_change=RESUMABLE_CHANGES - ({"max_steps"} if config.cooldown_steps else set()),
+            may_change=resumable_changes(state["config"]["training"], config, state["step"]),
         )
         if len(state["rng"]) != world:
             raise CheckpointError(
@@ -248,6 +264,8 @@ def train(
         set_rng_state(state["rng"][rank])
         if rank == 0:
             _truncate_metrics(run_dir / "metrics.jsonl", step)
+            # the settings it runs with from now on, which may differ (resumable_changes)
+            write_text_atomically(run_dir / "config.json", json.dumps(settings, indent=2) + "\n")
     else:
         if (folder / "last.pt").exists():
             raise FileExistsError(
@@ -382,7 +400,7 @@ def train(
     }
 
 
-# %% book/training_loop.md:332 (cell 5)
+# %% book/training_loop.md:350 (cell 5)
 import tempfile
 
 
