@@ -78,6 +78,7 @@ PROFILES = {
             products="onednn",  # this CPU's fastest products (chapter "Performance")
             warmup_steps=400,
             lr_scale=0.5,
+            cooldown_steps=1300,  # the last fifth ramps the rate down (chapter "Training")
             max_tokens=2048,  # per process: 4,096 a side per update
             log_every=25,
             checkpoint_every=100,
@@ -271,7 +272,7 @@ def train_translation(
     )
 
 
-# %% book/runs.md:560 (cell 16)
+# %% book/runs.md:561 (cell 16)
 def library_hash() -> str:
     """A hash of every module of this package: the identity of the code that trains a run.
 
