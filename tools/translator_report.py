@@ -10,7 +10,8 @@ built site serves them). It writes, each with what it measured:
 * ``sizes.json``: the reader's download, in bytes as served and gzip-compressed (as a server that
   compresses sends them): the runtime, and each model's graphs (float32, 8-bit) and tokenizer;
 * ``bleu.json``: test_2016_flickr BLEU of each model with PyTorch and with Python's onnxruntime on
-  the float32 and 8-bit graphs, greedy and beam 4 (α 0.6), and how many translations equal
+  the float32 and 8-bit graphs, greedy and beam 4 (with the α the page uses for the model, that of
+  its report), and how many translations equal
   PyTorch's (sacreBLEU through ``transformer_lib.evaluation.corpus_scores``);
 * ``browser.json``: the page in headless Chromium, ``--repeats`` times: its load time, each
   model's download and start, and the search for a 15-word sentence; each run is the complete
@@ -95,7 +96,9 @@ def bleu(index: dict, models: Path, limit: int | None) -> dict:
             folder = Path(index["folder"]) / name / form
             engines[f"onnxruntime {form}"] = OnnxGraphs.load(folder).decoder_state
         results[name] = {}
-        for search_name, search in (("greedy", GREEDY), ("beam 4", SearchConfig())):
+        # The page's beam search: beam 4 with the α its model's report was scored with.
+        beam = SearchConfig(beam_size=4, alpha=entry["alpha"])
+        for search_name, search in (("greedy", GREEDY), ("beam 4", beam)):
             outputs = {}
             for engine, state in engines.items():
                 started = time.perf_counter()
@@ -107,6 +110,7 @@ def bleu(index: dict, models: Path, limit: int | None) -> dict:
                     "bleu": scores["bleu"],
                     "bleu_signature": scores["bleu_signature"],
                     "same_as_pytorch": same,
+                    "alpha": search.alpha if search.beam_size > 1 else None,
                     "sentences": len(sources),
                     "seconds": round(time.perf_counter() - started, 1),
                 }

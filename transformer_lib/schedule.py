@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 
-# %% book/training.md:93 (cell 7)
+# %% book/training.md:94 (cell 7)
 def rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
     """The learning rate of formula (3), §5.3, at update ``step`` (counted from 1)."""
     if step < 1:

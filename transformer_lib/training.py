@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from transformer_lib import distributed
 
 
-# %% book/training.md:199 (cell 13)
+# %% book/training.md:200 (cell 13)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
     """The target distribution of PyTorch's ``cross_entropy(label_smoothing=...)`` (§5.4).
 
@@ -50,7 +50,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:330 (cell 21)
+# %% book/training.md:331 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business."""
@@ -78,7 +78,7 @@ class TrainingConfig:
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:373 (cell 23)
+# %% book/training.md:374 (cell 23)
 def update_step(
     network: nn.Module,
     group: Sequence,
