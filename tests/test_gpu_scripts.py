@@ -149,21 +149,25 @@ def test_the_smoke_step_runs_on_a_cpu(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_the_search_step_runs_on_a_cpu(tmp_path):
-    """DRY_RUN=1 runs real_run.sh's search at toy size: every candidate trains (as processes of
-    their own, side by side), is scored at its last checkpoint and lands in the table, and the
-    results stay out of the repository's results/."""
+    """DRY_RUN=1 runs real_run.sh's search at toy size: every candidate trains in both directions
+    (as processes of their own, side by side), is scored at its last checkpoint and lands in the
+    table, and the results stay out of the repository's results/."""
     done, out = dry_run("search", tmp_path)
     import full_search as search
 
-    lines = (out / "ci-search" / "search.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines]
-    assert sorted(r["name"] for r in records) == sorted(search.CANDIDATES)
-    for record in records:
-        assert record["end"] == 4 and record["averaged_steps"] == [4]
-        assert record["valid_sentences"] == 3 and record["valid_ppl"] > 1
-    manifest = json.loads((out / "ci-search" / "manifest.json").read_text())
-    assert manifest["trained_to"] == {name: 4 for name in search.CANDIDATES}
-    assert "<- best" in done.stdout
+    for direction in search.DIRECTIONS:
+        folder = out / "ci-search" / direction
+        records = [json.loads(line) for line in (folder / "search.jsonl").read_text().splitlines()]
+        assert sorted(r["name"] for r in records) == sorted(search.CANDIDATES)
+        for record in records:
+            assert record["direction"] == direction
+            assert record["end"] == 4 and record["averaged_steps"] == [4]
+            assert record["valid_sentences"] == 3 and record["valid_ppl"] > 1
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert manifest["trained_to"] == {name: 4 for name in search.CANDIDATES}
+        assert (manifest["src"], manifest["tgt"]) == tuple(direction.split("-"))
+        assert done.stdout.count(f"{direction} ") >= len(search.CANDIDATES)
+    assert done.stdout.count("<- best") == 2 * len(search.CANDIDATES)
     assert not (ROOT / "results" / "ci-search").exists()
 
 

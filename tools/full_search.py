@@ -5,9 +5,9 @@ The recorded `full` runs overfit Multi30k: their validation loss is lowest near 
 rises after it while the training loss goes on falling, and the five checkpoints that the
 evaluation averages come from the end of the run. This search asks which of a few remedies
 helps, and where a run should stop: more dropout, more label smoothing, a shallower model, and
-the profile itself as the yardstick. Each candidate trains German to English as its own process
-on the one GPU (a model this small leaves a GPU mostly idle, so they share it at little cost to
-each other) and keeps every checkpoint. ``score`` then evaluates each candidate at several
+the profile itself as the yardstick. Each candidate trains in each direction asked for (German to
+English and English to German by default) as its own process on the one GPU (a model this small
+leaves a GPU mostly idle, so they share it) and keeps every checkpoint. ``score`` then evaluates each candidate at several
 stopping points: the average of the 5 checkpoints ending there, as a recorded run is averaged
 (§6.1), translated with beam 4 and alpha 0.6 over the whole validation split (cased sacreBLEU),
 beside its validation perplexity (tools/search_common.py). The test sets are never looked at.
@@ -18,10 +18,11 @@ profile of N updates would have made.
     python tools/full_search.py score --ends 2000,3000,4000,5000,6000
     python tools/full_search.py table
 
-``tools/gpu/real_run.sh search`` runs the three on a GPU machine. Results go to
-results/full-search/ (``--results``): ``search.jsonl`` (one line per candidate and stopping
-point), each candidate's ``metrics.jsonl`` and a manifest; the checkpoints stay in the work
-folder (``--work``, default runs/full-search/). ``--base ci`` searches around the `ci` profile instead, on the CPU if
+``--directions de-en`` searches one direction only. ``tools/gpu/real_run.sh search`` runs the
+three on a GPU machine. Results go to results/full-search/<src>-<tgt>/ (``--results`` names the
+folder above): ``search.jsonl`` (one line per candidate and stopping point), each candidate's
+``metrics.jsonl`` and a manifest; the checkpoints stay in the work folder (``--work``, default
+runs/full-search/<src>-<tgt>/). ``--base ci`` searches around the `ci` profile instead, on the CPU if
 there is no GPU: a check of the script in a minute, not a search.
 """
 
@@ -46,7 +47,7 @@ from search_common import (  # noqa: E402 (after the path)
     selected,
 )
 
-SRC, TGT = "de", "en"
+DIRECTIONS = ("de-en", "en-de")
 AVERAGED = 5  # checkpoints averaged for a score, as the recorded runs average (§6.1)
 
 # Changes to the base profile: (TransformerConfig changes, TrainingConfig changes).
@@ -71,14 +72,15 @@ def candidate_profile(base: str, name: str):
 
 
 def worker(args: argparse.Namespace) -> None:
-    """One candidate's training, started by ``train`` as a process of its own."""
+    """One candidate's training in one direction, started by ``train`` as a process of its own."""
     from transformer_lib.recipe import train_translation
 
+    src, tgt = args.direction.split("-")
     last = args.out / "checkpoints" / "last.pt"
     train_translation(
         candidate_profile(args.base, args.name),
-        SRC,
-        TGT,
+        src,
+        tgt,
         args.out,
         resume=last.is_file(),
         max_steps=args.steps,
@@ -94,40 +96,39 @@ def trained_to(run: Path) -> int:
 
 
 def train(args: argparse.Namespace) -> None:
-    """Train every selected candidate to ``--steps``, all at once, each its own process (its log
-    in the work folder); ``--time-limit`` stops each with a checkpoint to resume from."""
+    """Train every selected candidate to ``--steps`` in every direction, all at once, each its own
+    process (its log in the direction's work folder); ``--time-limit`` stops each with a
+    checkpoint to resume from."""
     running = {}
-    for name in selected(args.only, CANDIDATES):
-        out = args.work / name
-        if trained_to(out) >= args.steps:
-            continue
-        out.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, str(Path(__file__).resolve()), "--base", args.base]
-        command += [
-            "--work",
-            str(args.work),
-            "--results",
-            str(args.results),
-            "_worker",
-            name,
-            "--out",
-            str(out),
-        ]
-        command += ["--steps", str(args.steps), "--device", args.device]
-        if args.time_limit is not None:
-            command += ["--time-limit", str(args.time_limit)]
-        log = open(args.work / f"{name}.log", "a")
-        running[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
+    for direction in args.directions:
+        work = args.work / direction
+        for name in selected(args.only, CANDIDATES):
+            out = work / name
+            if trained_to(out) >= args.steps:
+                continue
+            out.mkdir(parents=True, exist_ok=True)
+            command = [sys.executable, str(Path(__file__).resolve()), "--base", args.base]
+            command += ["--work", str(args.work), "--results", str(args.results)]
+            command += ["_worker", name, "--direction", direction, "--out", str(out)]
+            command += ["--steps", str(args.steps), "--device", args.device]
+            if args.time_limit is not None:
+                command += ["--time-limit", str(args.time_limit)]
+            log = open(work / f"{name}.log", "a")
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            running[direction, name] = (process, log)
     failed = []
-    for name, (process, log) in running.items():
+    for key, (process, log) in running.items():
         if process.wait() != 0:
-            failed.append(name)
+            failed.append("-".join(key))
         log.close()
-    for name in selected(args.only, CANDIDATES):
-        print(f"{name}: trained to update {trained_to(args.work / name):,} of {args.steps:,}")
+    for direction in args.directions:
+        for name in selected(args.only, CANDIDATES):
+            reached = trained_to(args.work / direction / name)
+            print(f"{direction} {name}: trained to update {reached:,} of {args.steps:,}")
     if failed:
         raise SystemExit(f"training failed for {failed}: see their logs in {args.work}")
-    write_manifest(args)
+    for direction in args.directions:
+        write_manifest(args, direction)
 
 
 def score(args: argparse.Namespace) -> None:
@@ -135,26 +136,30 @@ def score(args: argparse.Namespace) -> None:
     not scored yet; copy its training log beside the scores."""
     from transformer_lib.provenance import write_text_atomically
 
-    results = args.results
-    done = {(r["name"], r["end"]) for r in read_jsonl(results / "search.jsonl")}
     ends = [int(end) for end in args.ends.split(",")]
-    for name in selected(args.only, CANDIDATES):
-        run = args.work / name
-        reached, interval = trained_to(run), checkpoint_interval(run)
-        for end in ends:
-            if end > reached or (name, end) in done:
+    for direction in args.directions:
+        src, tgt = direction.split("-")
+        results = args.results / direction
+        done = {(r["name"], r["end"]) for r in read_jsonl(results / "search.jsonl")}
+        for name in selected(args.only, CANDIDATES):
+            run = args.work / direction / name
+            if not run.is_dir():
                 continue
-            average = max(1, min(AVERAGED, end // interval))  # a short run averages what it has
-            started = time.perf_counter()
-            scored = score_average(
-                run / "checkpoints", end, average, interval, SRC, TGT, args.device, args.limit
-            )
-            record = {"kind": "stop", "name": name, "end": end, **scored}
-            record["score_s"] = round(time.perf_counter() - started, 1)
-            append(results, record)
-        log = (run / "metrics.jsonl").read_text()
-        write_text_atomically(results / "runs" / f"{name}.metrics.jsonl", log)
-    write_manifest(args)
+            reached, interval = trained_to(run), checkpoint_interval(run)
+            for end in ends:
+                if end > reached or (name, end) in done:
+                    continue
+                average = max(1, min(AVERAGED, end // interval))  # a short run averages what it has
+                started = time.perf_counter()
+                scored = score_average(
+                    run / "checkpoints", end, average, interval, src, tgt, args.device, args.limit
+                )
+                record = {"kind": "stop", "name": name, "direction": direction, "end": end}
+                record.update(scored, score_s=round(time.perf_counter() - started, 1))
+                append(results, record)
+            log = (run / "metrics.jsonl").read_text()
+            write_text_atomically(results / "runs" / f"{name}.metrics.jsonl", log)
+        write_manifest(args, direction)
 
 
 def append(results: Path, record: dict) -> None:
@@ -165,37 +170,49 @@ def append(results: Path, record: dict) -> None:
 
 
 def table(args: argparse.Namespace) -> None:
-    """Each candidate's scores by stopping point, its best marked."""
-    records = read_jsonl(args.results / "search.jsonl")
-    print(f"{'candidate':14} {'end':>6} {'ppl':>7} {'BLEU':>6} {'chrF':>6}")
-    for name in CANDIDATES:
-        mine = sorted((r for r in records if r["name"] == name), key=lambda r: r["end"])
-        best = max(mine, key=lambda r: r["valid_bleu"], default=None)
-        for r in mine:
-            mark = "  <- best" if r is best else ""
-            print(
-                f"{name:14} {r['end']:6d} {r['valid_ppl']:7.3f} {r['valid_bleu']:6.2f} "
-                f"{r['valid_chrf']:6.2f}{mark}"
-            )
+    """Each candidate's scores by stopping point, in each direction, its best marked."""
+    for direction in args.directions:
+        records = read_jsonl(args.results / direction / "search.jsonl")
+        print(f"{direction:6} {'candidate':14} {'end':>6} {'ppl':>7} {'BLEU':>6} {'chrF':>6}")
+        for name in CANDIDATES:
+            mine = sorted((r for r in records if r["name"] == name), key=lambda r: r["end"])
+            best = max(mine, key=lambda r: r["valid_bleu"], default=None)
+            for r in mine:
+                mark = "  <- best" if r is best else ""
+                print(
+                    f"{direction:6} {name:14} {r['end']:6d} {r['valid_ppl']:7.3f} "
+                    f"{r['valid_bleu']:6.2f} {r['valid_chrf']:6.2f}{mark}"
+                )
 
 
-def write_manifest(args: argparse.Namespace) -> None:
+def write_manifest(args: argparse.Namespace, direction: str) -> None:
     from transformer_lib.provenance import environment, jsonable, write_json
     from transformer_lib.recipe import PROFILES
 
     start = PROFILES[args.base]
+    src, tgt = direction.split("-")
+    work = args.work / direction
     manifest = {
         **environment(args.device),
         "base": args.base,
-        "src": SRC,
-        "tgt": TGT,
+        "src": src,
+        "tgt": tgt,
         "profile": {"model": jsonable(start.model), "training": jsonable(start.training)},
         "candidates": {name: {"model": m, "training": t} for name, (m, t) in CANDIDATES.items()},
-        "trained_to": {name: trained_to(args.work / name) for name in CANDIDATES},
+        "trained_to": {name: trained_to(work / name) for name in CANDIDATES},
         "last_command": shlex.join(["python", "tools/full_search.py", *sys.argv[1:]]),
         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    write_json(args.results / "manifest.json", manifest)
+    write_json(args.results / direction / "manifest.json", manifest)
+
+
+def directions(text: str) -> list[str]:
+    """``--directions``: comma-separated, each one of DIRECTIONS."""
+    names = text.split(",")
+    unknown = [name for name in names if name not in DIRECTIONS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown directions {unknown}: choose from {DIRECTIONS}")
+    return names
 
 
 def main() -> None:
@@ -211,6 +228,12 @@ def main() -> None:
     for name, run in (("train", train), ("score", score), ("table", table)):
         command = commands.add_parser(name)
         command.add_argument("--only", help="comma-separated candidate names")
+        command.add_argument(
+            "--directions",
+            type=directions,
+            default=list(DIRECTIONS),
+            help="comma-separated, e.g. de-en (default: de-en,en-de)",
+        )
         command.set_defaults(run=run)
         if name == "train":
             command.add_argument("--steps", type=int, default=6000, help="updates a candidate")
@@ -224,6 +247,7 @@ def main() -> None:
             command.add_argument("--device", help="cuda or cpu (default: cuda if there is one)")
     hidden = commands.add_parser("_worker")
     hidden.add_argument("name", choices=list(CANDIDATES))
+    hidden.add_argument("--direction", choices=DIRECTIONS, required=True)
     hidden.add_argument("--out", type=Path, required=True)
     hidden.add_argument("--steps", type=int, required=True)
     hidden.add_argument("--time-limit", type=float)

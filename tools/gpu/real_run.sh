@@ -17,10 +17,11 @@
 # or, in place of 2 and 3, both directions at once in one command (the `full` model is too small
 # to keep a GPU busy, so two processes share one at little cost to either):
 #   2. bash tools/gpu/real_run.sh both     (at most ~9.5 min)
-# The `full` runs overfit (book/real_run.md); the search of remedies and stopping points,
-# German to English, four candidates sharing the GPU (tools/full_search.py), scores them on the
+# The `full` runs overfit (book/real_run.md); the search of remedies and stopping points, four
+# candidates in each direction, all sharing the GPU (tools/full_search.py), scores them on the
 # validation split. Run it again until it prints every candidate trained to update 6,000:
 #   bash tools/gpu/real_run.sh search   (at most ~9.5 min a command; SEARCH_SECONDS of training)
+# or search some candidates only, e.g. SEARCH_ONLY=profile,dropout_0.4 bash ... search
 # The manifests name the commit of the code: from git in a checkout, otherwise from
 # TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
 #   TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/real_run.sh de-en
@@ -68,6 +69,11 @@ TRAIN_SECONDS="${TRAIN_SECONDS:-420}"
 RUNS="${RUNS:-runs}"
 # The search's training gets less of a command: it scores the stopping points reached after it.
 SEARCH_SECONDS="${SEARCH_SECONDS:-330}"
+# SEARCH_ONLY names some of the search's candidates (comma-separated), when not all of them fit.
+search_only=()
+if [ -n "${SEARCH_ONLY:-}" ]; then
+    search_only=(--only "$SEARCH_ONLY")
+fi
 
 if [ "$#" -eq 0 ]; then
     echo "usage: bash tools/gpu/real_run.sh STEP... (smoke de-en en-de both search)" >&2
@@ -151,9 +157,19 @@ for step in "$@"; do
             fi
             ;;
         search)  # train (resuming) for SEARCH_SECONDS, then score the stopping points reached
-            "$PYTHON" "${search[@]}" train "${search_train[@]}" --time-limit "$SEARCH_SECONDS" \
-                "${device[@]}" 2>&1 | tee -a "$OUT/search.log"
-            "$PYTHON" "${search[@]}" score "${search_score[@]}" 2>&1 | tee -a "$OUT/search.log"
+            "$PYTHON" "${search[@]}" train "${search_train[@]}" "${search_only[@]}" \
+                --time-limit "$SEARCH_SECONDS" "${device[@]}" 2>&1 | tee -a "$OUT/search.log"
+            # The two directions are scored side by side, each by a process of its own.
+            scoring=()
+            for pair in de-en en-de; do
+                "$PYTHON" "${search[@]}" score --directions "$pair" "${search_only[@]}" \
+                    "${search_score[@]}" > "$OUT/search-score-$pair.log" 2>&1 &
+                scoring+=($!)
+            done
+            failed=0
+            for process in "${scoring[@]}"; do wait "$process" || failed=1; done
+            cat "$OUT"/search-score-*.log >> "$OUT/search.log"
+            [ "$failed" = 0 ] || { echo "scoring failed: see search-score-*.log" >&2; exit 1; }
             "$PYTHON" "${search[@]}" table 2>&1 | tee -a "$OUT/search.log"
             if [ "$DRY_RUN" != 1 ]; then
                 tar czf "$OUT/full-search.tar.gz" -C results full-search
