@@ -162,6 +162,23 @@ def test_rng_state_restores_every_generator():
     assert first[0] == again[0] and first[1] == again[1] and torch.equal(first[2], again[2])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_rng_state_restores_from_a_checkpoint_loaded_onto_a_gpu(tmp_path):
+    """A resume on a GPU loads the checkpoint there (``map_location``); the generators' states
+    must still restore, the GPU's own included."""
+    import numpy as np
+
+    torch.manual_seed(3)
+    save_checkpoint({"model": {}, "step": 1, "config": {}, "rng": rng_state()}, tmp_path / "c.pt")
+    first = (np.random.rand(), torch.rand(2), torch.rand(2, device="cuda"))
+    loaded = load_checkpoint(tmp_path / "c.pt", map_location="cuda")
+    assert loaded["rng"]["torch"].device.type == "cuda"  # what made the restore fail before
+    set_rng_state(loaded["rng"])
+    again = (np.random.rand(), torch.rand(2), torch.rand(2, device="cuda"))
+    assert first[0] == again[0] and torch.equal(first[1], again[1])
+    assert torch.equal(first[2], again[2])
+
+
 def test_a_crash_while_writing_keeps_the_old_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
     save_checkpoint({"model": {}, "step": 1, "config": {}}, path)

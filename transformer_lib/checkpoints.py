@@ -58,20 +58,21 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    """Restore what :func:`rng_state` saved."""
+    """Restore what :func:`rng_state` saved, wherever the checkpoint was loaded to: a resume on a
+    GPU loads its tensors there, and every generator takes its state from host memory."""
     python = state["python"]
     random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
     numpy = state["numpy"]
-    keys = numpy["keys"].numpy().astype(np.uint32)
+    keys = numpy["keys"].cpu().numpy().astype(np.uint32)
     np.random.set_state(
         ("MT19937", keys, numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"])
     )
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([cuda.cpu() for cuda in state["cuda"]])
 
 
-# %% book/checkpoints.md:163 (cell 10)
+# %% book/checkpoints.md:164 (cell 10)
 def write_checkpoint(state: dict, folder: Path, keep: int) -> Path:
     """Save ``state`` as ``folder/step-<N>.pt``, point ``last.pt`` at it, keep the last ``keep``."""
     path = folder / f"step-{state['step']}.pt"
