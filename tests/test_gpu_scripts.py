@@ -189,3 +189,29 @@ def test_each_search_candidate_changes_what_its_name_says():
         assert dataclasses.replace(base.model, **model_changes) == profile.model, name
         assert profile.vocab_size == base.vocab_size and profile.max_len == base.max_len
     assert CANDIDATES["profile"] == ({}, {}), "the yardstick is the profile itself"
+
+
+@pytest.mark.skipif(
+    not (ROOT / "results" / "multi30k-de-en" / "model.safetensors").is_file(),
+    reason="no recorded full run",
+)
+def test_the_recorded_run_is_scored_like_the_candidates(tmp_path):
+    """`full_search.py recorded` scores the shipped model of the recorded run at each alpha asked
+    for, once: a second call adds nothing."""
+    command = [sys.executable, "tools/full_search.py", "--results", str(tmp_path), "recorded"]
+    command += ["--directions", "de-en", "--alphas", "0.6,1.2", "--limit", "3", "--device", "cpu"]
+    for _ in range(2):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-3000:]
+    lines = (tmp_path / "de-en" / "recorded.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["alpha"] for r in records] == [0.6, 1.2]
+    folder = ROOT / "results" / "multi30k-de-en"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for record in records:
+        assert record["end"] == manifest["training"]["steps"]
+        assert record["model"]["sha256"] == manifest["shipped_model"]["sha256"]["model.safetensors"]
+        assert record["valid_sentences"] == 3 and record["valid_ppl"] > 1
+    assert records[0]["valid_ppl"] == records[1]["valid_ppl"]  # alpha changes the search only
+    scored = json.loads((tmp_path / "de-en" / "recorded.manifest.json").read_text())
+    assert scored["device"].startswith("CPU") and "recorded" in scored["command"]

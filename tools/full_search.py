@@ -5,25 +5,28 @@ The recorded `full` runs overfit Multi30k: their validation loss is lowest near 
 rises after it while the training loss goes on falling, and the five checkpoints that the
 evaluation averages come from the end of the run. This search asks which of a few remedies
 helps, and where a run should stop: more dropout, more label smoothing, a shallower model, and
-the profile itself as the yardstick. Each candidate trains in each direction asked for (German to
-English and English to German by default) as its own process on the one GPU (a model this small
-leaves a GPU mostly idle, so they share it) and keeps every checkpoint. ``score`` then evaluates each candidate at several
-stopping points: the average of the 5 checkpoints ending there, as a recorded run is averaged
-(§6.1), translated with beam 4 and alpha 0.6 over the whole validation split (cased sacreBLEU),
-beside its validation perplexity (tools/search_common.py). The test sets are never looked at.
-Formula (3) does not depend on the run's length, so a run stopped at update N is the run that a
-profile of N updates would have made.
+the profile itself as the yardstick. Each candidate trains in each direction asked for (German
+to English and English to German by default) as its own process on the one GPU (a model this
+small leaves a GPU mostly idle, so they share it) and keeps every checkpoint. ``score`` then
+evaluates each candidate at several stopping points: the average of the 5 checkpoints ending
+there, as a recorded run is averaged (§6.1), translated with beam 4 and alpha 0.6 over the whole
+validation split (cased sacreBLEU), beside its validation perplexity (tools/search_common.py).
+The test sets are never looked at. Formula (3) does not depend on the run's length, so a run
+stopped at update N is the run that a profile of N updates would have made. ``recorded`` scores
+the recorded runs' shipped models the same way (any machine will do), at the profile's own end.
 
     python tools/full_search.py train --steps 6000 [--time-limit 420]   # resumable
     python tools/full_search.py score --ends 2000,3000,4000,5000,6000
+    python tools/full_search.py recorded --alphas 0.6,1.2 --device cpu
     python tools/full_search.py table
 
-``--directions de-en`` searches one direction only. ``tools/gpu/real_run.sh search`` runs the
-three on a GPU machine. Results go to results/full-search/<src>-<tgt>/ (``--results`` names the
-folder above): ``search.jsonl`` (one line per candidate and stopping point), each candidate's
-``metrics.jsonl`` and a manifest; the checkpoints stay in the work folder (``--work``, default
-runs/full-search/<src>-<tgt>/). ``--base ci`` searches around the `ci` profile instead, on the CPU if
-there is no GPU: a check of the script in a minute, not a search.
+``--directions de-en`` searches one direction only. ``tools/gpu/real_run.sh search`` runs
+``train``, ``score`` and ``table`` on a GPU machine. Results go to
+results/full-search/<src>-<tgt>/ (``--results`` names the folder above): ``search.jsonl`` (one
+line per candidate and stopping point), each candidate's ``metrics.jsonl``, a manifest, and
+``recorded.jsonl`` with its own manifest; the checkpoints stay in the work folder (``--work``,
+default runs/full-search/<src>-<tgt>/). ``--base ci`` searches around the `ci` profile instead,
+on the CPU if there is no GPU: a check of the script in a minute, not a search.
 """
 
 import argparse
@@ -44,6 +47,7 @@ from search_common import (  # noqa: E402 (after the path)
     checkpoint_steps,
     read_jsonl,
     score_average,
+    score_model,
     selected,
 )
 
@@ -162,6 +166,46 @@ def score(args: argparse.Namespace) -> None:
         write_manifest(args, direction)
 
 
+def recorded(args: argparse.Namespace) -> None:
+    """Score the recorded run of each direction (results/multi30k-<src>-<tgt>, the model it
+    ships) on the validation split as the candidates are scored, at each alpha of ``--alphas``:
+    the yardstick at the profile's own stopping point. Its lines go to recorded.jsonl beside the
+    search's, with a manifest of their own (they are scored on another machine)."""
+    from transformer_lib.pretrained import load_pretrained
+    from transformer_lib.provenance import environment, write_json
+
+    alphas = [float(alpha) for alpha in args.alphas.split(",")]
+    for direction in args.directions:
+        src, tgt = direction.split("-")
+        folder = ROOT / "results" / f"multi30k-{direction}"
+        out = args.results / direction / "recorded.jsonl"
+        done = {r["alpha"] for r in read_jsonl(out)}
+        manifest = json.loads((folder / "manifest.json").read_text())
+        averaged = json.loads((folder / "bleu.json").read_text())["averaged_steps"]
+        model, tokenizer = load_pretrained(folder, args.device)
+        for alpha in alphas:
+            if alpha in done:
+                continue
+            started = time.perf_counter()
+            scored = score_model(model, tokenizer, src, tgt, args.device, args.limit, alpha)
+            record = {"kind": "recorded", "name": "recorded", "direction": direction}
+            record.update(end=manifest["training"]["steps"], averaged_steps=averaged)
+            record.update(scored, score_s=round(time.perf_counter() - started, 1))
+            record["model"] = {
+                "folder": folder.relative_to(ROOT).as_posix(),
+                "dtype": manifest["shipped_model"]["dtype"],
+                "sha256": manifest["shipped_model"]["sha256"]["model.safetensors"],
+            }
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "a") as file:
+                file.write(json.dumps(record) + "\n")
+            print(json.dumps(record), flush=True)
+        command = shlex.join(["python", "tools/full_search.py", *sys.argv[1:]])
+        write_json(
+            out.with_suffix(".manifest.json"), {**environment(args.device), "command": command}
+        )
+
+
 def append(results: Path, record: dict) -> None:
     results.mkdir(parents=True, exist_ok=True)
     with open(results / "search.jsonl", "a") as file:
@@ -225,7 +269,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="run folders (default runs/<base>-search)")
     parser.add_argument("--results", type=Path, help="default results/<base>-search")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, run in (("train", train), ("score", score), ("table", table)):
+    subcommands = (("train", train), ("score", score), ("recorded", recorded), ("table", table))
+    for name, run in subcommands:
         command = commands.add_parser(name)
         command.add_argument("--only", help="comma-separated candidate names")
         command.add_argument(
@@ -242,6 +287,9 @@ def main() -> None:
             command.add_argument(
                 "--ends", default="2000,3000,4000,5000,6000", help="stopping points to score"
             )
+        if name == "recorded":
+            command.add_argument("--alphas", default="0.6", help="length penalties to score")
+        if name in ("score", "recorded"):
             command.add_argument("--limit", type=int, help="validation sentences (checks only)")
         if name != "table":
             command.add_argument("--device", help="cuda or cpu (default: cuda if there is one)")

@@ -66,15 +66,9 @@ def score_average(
     ending at update ``end`` (those at or before update 0 left out), on the validation split
     (its first ``limit`` sentences only, for a check of a script), with beam 4 and length penalty
     ``alpha`` (§6.1: 0.6)."""
-    import torch
-
-    from transformer_lib.batching import encode_pairs, make_batches
-    from transformer_lib.data import load_multi30k
-    from transformer_lib.decoding import SearchConfig
-    from transformer_lib.evaluation import average_checkpoints, evaluate_split
+    from transformer_lib.evaluation import average_checkpoints
     from transformer_lib.model import Transformer, TransformerConfig
-    from transformer_lib.tokenizer import PAD_ID, BPETokenizer
-    from transformer_lib.training import evaluate_loss
+    from transformer_lib.tokenizer import BPETokenizer
 
     wanted = [end - interval * i for i in reversed(range(average))]
     paths = [checkpoints / f"step-{step}.pt" for step in wanted if step > 0]
@@ -83,6 +77,25 @@ def score_average(
     model.load_state_dict(averaged["model"])
     model.to(device).eval()
     tokenizer = BPETokenizer.from_json(averaged["tokenizer"])
+    scores = score_model(model, tokenizer, src, tgt, device, limit, alpha)
+    return {"averaged_steps": averaged["averaged_steps"], **scores}
+
+
+def score_model(
+    model, tokenizer, src: str, tgt: str, device: str, limit: int | None, alpha: float
+) -> dict:
+    """A model's validation scores: beam 4 with length penalty ``alpha`` over the split (or its
+    first ``limit`` sentences), cased sacreBLEU and chrF, the length ratio, and the
+    perplexity."""
+    import torch
+
+    from transformer_lib.batching import encode_pairs, make_batches
+    from transformer_lib.data import load_multi30k
+    from transformer_lib.decoding import SearchConfig
+    from transformer_lib.evaluation import evaluate_split
+    from transformer_lib.tokenizer import PAD_ID
+    from transformer_lib.training import evaluate_loss
+
     with torch.inference_mode():
         search = SearchConfig(beam_size=4, alpha=alpha)
         scores, hypotheses = evaluate_split(
@@ -91,7 +104,6 @@ def score_average(
         valid = make_batches(encode_pairs(tokenizer, load_multi30k("val", src, tgt)), 2048)
         loss = evaluate_loss(model, valid, PAD_ID, device=torch.device(device))["loss"]
     return {
-        "averaged_steps": averaged["averaged_steps"],
         "valid_sentences": scores["sentences"],
         "alpha": alpha,
         "length_ratio": round(length_ratio(hypotheses, src, tgt), 4),
