@@ -99,7 +99,7 @@ notebooks: $(STAMP)
 # Every benchmark prints our figure, a peer's measured in the same run, and their ratio, and writes
 # results/perf-<device>/<name>.json. On this CPU they take a few minutes; on a GPU:
 # make bench BENCH_ARGS="--device cuda --size base" (tools/gpu/perf.sh runs them as a sequence of commands of at most ten minutes).
-BENCHMARKS := attention data train_step scaling decoding
+BENCHMARKS := attention data train_step profile_step scaling decoding
 bench: tangle
 	@for name in $(BENCHMARKS); do echo "== benchmarks/$$name.py $(BENCH_ARGS)"; \
 	$(BIN)/python benchmarks/$$name.py $(BENCH_ARGS) || exit 1; done

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their siblings by name
 import common  # noqa: E402
 import peers  # noqa: E402
+import profile_step  # noqa: E402
 import scaling  # noqa: E402
 import train_step  # noqa: E402
 
@@ -180,6 +181,31 @@ def test_padding_to_a_multiple_keeps_the_logits_of_real_tokens():
     t = batch.tgt_in.shape[1]
     real = batch.tgt_out != PAD_ID
     assert_close(wide_logits[:, :t][real], narrow_logits[real], atol=1e-5)
+
+
+def test_the_profile_groups_operators_by_what_they_compute():
+    assert profile_step.group("aten::addmm") == "matrix products"
+    assert profile_step.group("aten::mm") == profile_step.group("aten::bmm") == "matrix products"
+    assert profile_step.group("aten::_efficient_attention_backward") == "attention kernels"
+    assert profile_step.group("aten::_scaled_dot_product_flash_attention") == "attention kernels"
+    assert profile_step.group("aten::bernoulli_") == "everything else"
+    assert profile_step.group("aten::mm_like") == "everything else"  # whole names only
+
+
+def test_the_profile_accounts_for_a_step_on_the_cpu():
+    """Every operator's own time is counted once: the groups share the whole step, and the
+    products of a Transformer's layers are among its operators."""
+    config, *_ = small_models()
+    batches, _ = train_step.random_batches(config, 64, 2)
+    model = Transformer(config)
+    figures = profile_step.profile_model(model, batches, torch.device("cpu"), config.d_model, 5)
+    assert figures["updates"] == 2 and figures["total_s"] > 0
+    assert sum(figures["groups"].values()) == pytest.approx(1)
+    assert figures["groups"]["matrix products"] > 0
+    assert len(figures["operators"]) == 5
+    shares = [op["share"] for op in figures["operators"]]
+    assert shares == sorted(shares, reverse=True) and sum(shares) <= 1 + 1e-9
+    assert any(op["name"] in ("aten::mm", "aten::addmm") for op in figures["operators"])
 
 
 def test_train_step_measures_every_candidate_on_random_batches():

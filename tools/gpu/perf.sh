@@ -14,6 +14,8 @@
 #   2. bash tools/gpu/perf.sh compile              (~5 min: compiling two base models dominates)
 #   3. bash tools/gpu/perf.sh scaling attention    (~2 min)
 #   4. bash tools/gpu/perf.sh decoding             (~3 min; incremental vs re-running, test_2016 at beam 4)
+#   5. bash tools/gpu/perf.sh profile              (~1 min: where a base step's time goes, ours and
+#                                                   nn.Transformer, by operator)
 # Each step stops itself before 10 minutes; a step that overran leaves its log under $OUT/logs
 # but no JSON.
 # The manifests name the commit of the code: from git in a checkout, otherwise from
@@ -34,7 +36,7 @@ PYTHON="${PYTHON:-python3}"
 source "$(dirname "$0")/environment.sh"  # the pinned tokenizers and sacrebleu, or a stop
 
 if [ "$#" -eq 0 ]; then
-    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding)" >&2
+    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding profile)" >&2
     exit 2
 fi
 if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
@@ -89,8 +91,11 @@ for name in "$@"; do
         decoding)
             step decoding 300 benchmarks/decoding.py --device cuda --size base --test-set --out "$results"
             ;;
+        profile)  # the profiler over three base updates: products, attention, everything else
+            step profile 240 benchmarks/profile_step.py --device cuda --size base --out "$results"
+            ;;
         *)
-            echo "unknown step $name: choose among check train_step compile scaling attention decoding" >&2
+            echo "unknown step $name: choose among check train_step compile scaling attention decoding profile" >&2
             exit 2
             ;;
     esac

@@ -1,0 +1,132 @@
+"""Where a training step's time goes: PyTorch's profiler over a few updates (forward, backward,
+Adam) of our model and of PyTorch's ``nn.Transformer`` with the same sizes, batches and precision.
+
+``train_step.py`` says how fast a step is and what share of the device's peak it reaches (MFU);
+this says where the rest goes. Each operator's *self* time (its own kernels, not its callees') is
+summed on the device that ran it (the GPU's kernels on CUDA, the CPU's time otherwise) and put in
+one of three groups: matrix products (``mm``, ``addmm``, ``bmm`` and their kin, where the FLOPs
+are), attention kernels (``scaled_dot_product_attention``'s fused kernels) and everything else
+(element-wise work, normalisation, softmax, dropout, copies, Adam's for-each kernels): time spent
+outside the products is time at far below the peak. The table printed lists each model's most
+expensive operators.
+
+Run: ``python benchmarks/profile_step.py`` (CPU, small model, random batches: a check), or
+``python benchmarks/profile_step.py --device cuda --size base`` on a GPU (Multi30k's batches).
+"""
+
+import argparse
+import os
+from collections import defaultdict
+
+import common
+import peers
+import torch
+import train_step
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from transformer_lib.data import DataError
+from transformer_lib.model import Transformer
+
+PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "addmv")
+ATTENTION = ("attention",)  # _flash_attention_*, _efficient_attention_*, _cudnn_attention_*, ...
+
+
+def group(operator: str) -> str:
+    """The group of an operator's name (``aten::addmm`` -> ``matrix products``)."""
+    name = operator.removeprefix("aten::")
+    if name in PRODUCTS or name.removesuffix("_backward") in PRODUCTS:
+        return "matrix products"
+    if any(word in name for word in ATTENTION):
+        return "attention kernels"
+    return "everything else"
+
+
+def self_time_us(event, device: torch.device) -> float:
+    """An averaged event's own time on the device that ran the work, in microseconds."""
+    if device.type == "cpu":
+        return event.self_cpu_time_total
+    return getattr(event, "self_device_time_total", None) or event.self_cuda_time_total
+
+
+def profile_model(model, batches, device: torch.device, d_model: int, top: int) -> dict:
+    """Profile one round of updates (after one round of warm-up) and sum the operators' times."""
+    bf16 = device.type == "cuda"  # as the training loop trains: bf16 autocast on CUDA only
+    train_once = train_step.Candidate(model, batches, bf16).step_function(device, d_model)
+    train_once()  # allocator, kernel choices, first-call costs
+    common.sync(device)
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as profiler:
+        train_once()
+        common.sync(device)
+    # The operators, not the kernels: on a GPU each kernel is listed too, and its time is already
+    # its operator's self time on the device.
+    events = [
+        e
+        for e in profiler.key_averages()
+        if e.device_type == DeviceType.CPU and self_time_us(e, device) > 0
+    ]
+    total = sum(self_time_us(e, device) for e in events)
+    groups: dict[str, float] = defaultdict(float)
+    for event in events:
+        groups[group(event.key)] += self_time_us(event, device)
+    ranked = sorted(events, key=lambda e: self_time_us(e, device), reverse=True)[:top]
+    return {
+        "updates": len(batches),
+        "total_s": total / 1e6,
+        "groups": {name: groups[name] / total for name in sorted(groups)},
+        "operators": [
+            {
+                "name": e.key,
+                "group": group(e.key),
+                "self_s": self_time_us(e, device) / 1e6,
+                "share": self_time_us(e, device) / total,
+                "calls": e.count,
+            }
+            for e in ranked
+        ],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.add_arguments(parser)
+    parser.add_argument("--data", choices=("multi30k", "random"), default=None)
+    parser.add_argument("--batches", type=int, default=3, help="updates profiled (default 3)")
+    parser.add_argument("--top", type=int, default=15, help="operators listed (default 15)")
+    args = parser.parse_args()
+    device = common.setup(parser, args)
+    size = train_step.SIZES[args.size]
+    data = args.data or ("multi30k" if device.type == "cuda" else "random")
+    if data == "multi30k":
+        try:
+            batches, _ = train_step.multi30k_batches(size.model, size.max_tokens, args.batches)
+        except (DataError, FileNotFoundError) as err:
+            parser.error(f"{err} (or run with --data random)")
+    else:
+        batches, _ = train_step.random_batches(size.model, size.max_tokens, args.batches)
+    torch.manual_seed(0)
+    ours = Transformer(size.model)
+    peer = peers.TorchTransformer(ours.config)
+    peers.copy_weights(ours, peer)
+    results = {"config": vars(size.model), "max_tokens": size.max_tokens, "data": data}
+    for name, model in (("ours", ours), ("nn.Transformer", peer)):
+        results[name] = profile_model(model, batches, device, size.model.d_model, args.top)
+    for name in ("ours", "nn.Transformer"):
+        figures = results[name]
+        shares = ", ".join(f"{g} {s:.0%}" for g, s in figures["groups"].items())
+        print(
+            f"{name}: {figures['total_s'] * 1e3:.1f} ms for {figures['updates']} updates; {shares}"
+        )
+        for op in figures["operators"]:
+            print(
+                f"  {op['share']:6.1%}  {op['self_s'] * 1e3:8.2f} ms  {op['calls']:6d}  {op['name']}"
+            )
+    common.save(args, device, "profile_step", results)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
