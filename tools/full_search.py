@@ -160,7 +160,7 @@ def score(args: argparse.Namespace) -> None:
                 )
                 record = {"kind": "stop", "name": name, "direction": direction, "end": end}
                 record.update(scored, score_s=round(time.perf_counter() - started, 1))
-                append(results, record)
+                append(results / "search.jsonl", record)
             log = (run / "metrics.jsonl").read_text()
             write_text_atomically(results / "runs" / f"{name}.metrics.jsonl", log)
         write_manifest(args, direction)
@@ -173,6 +173,7 @@ def recorded(args: argparse.Namespace) -> None:
     search's, with a manifest of their own (they are scored on another machine)."""
     from transformer_lib.pretrained import load_pretrained
     from transformer_lib.provenance import environment, write_json
+    from transformer_lib.report import read_report
 
     alphas = [float(alpha) for alpha in args.alphas.split(",")]
     for direction in args.directions:
@@ -180,8 +181,8 @@ def recorded(args: argparse.Namespace) -> None:
         folder = ROOT / "results" / f"multi30k-{direction}"
         out = args.results / direction / "recorded.jsonl"
         done = {r["alpha"] for r in read_jsonl(out)}
-        manifest = json.loads((folder / "manifest.json").read_text())
-        averaged = json.loads((folder / "bleu.json").read_text())["averaged_steps"]
+        report = read_report(folder)
+        manifest, averaged = report["manifest"], report["bleu"]["averaged_steps"]
         model, tokenizer = load_pretrained(folder, args.device)
         for alpha in alphas:
             if alpha in done:
@@ -196,19 +197,17 @@ def recorded(args: argparse.Namespace) -> None:
                 "dtype": manifest["shipped_model"]["dtype"],
                 "sha256": manifest["shipped_model"]["sha256"]["model.safetensors"],
             }
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with open(out, "a") as file:
-                file.write(json.dumps(record) + "\n")
-            print(json.dumps(record), flush=True)
+            append(out, record)
         command = shlex.join(["python", "tools/full_search.py", *sys.argv[1:]])
         write_json(
             out.with_suffix(".manifest.json"), {**environment(args.device), "command": command}
         )
 
 
-def append(results: Path, record: dict) -> None:
-    results.mkdir(parents=True, exist_ok=True)
-    with open(results / "search.jsonl", "a") as file:
+def append(path: Path, record: dict) -> None:
+    """Add ``record`` as a line of the JSON-lines file ``path``, and print it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as file:
         file.write(json.dumps(record) + "\n")
     print(json.dumps(record), flush=True)
 
