@@ -8,7 +8,10 @@ one of three groups: matrix products (``mm``, ``addmm``, ``bmm`` and their kin, 
 are), attention kernels (``scaled_dot_product_attention``'s fused kernels) and everything else
 (element-wise work, normalisation, softmax, dropout, copies, Adam's for-each kernels): time spent
 outside the products is time at far below the peak. The table printed lists each model's most
-expensive operators.
+expensive operators. Beside the profile, the same updates are timed without the profiler: the
+operators' summed time over that wall time is the share of the step the device was busy. Well
+below 1 on a GPU, the device waits for the host to launch its kernels (small kernels, Python
+overhead), which fusing (``torch.compile``) or CUDA graphs address, not faster kernels.
 
 Run: ``python benchmarks/profile_step.py`` (CPU, small model, random batches: a check), or
 ``python benchmarks/profile_step.py --device cuda --size base`` on a GPU (Multi30k's batches).
@@ -16,6 +19,7 @@ Run: ``python benchmarks/profile_step.py`` (CPU, small model, random batches: a 
 
 import argparse
 import os
+import time
 from collections import defaultdict
 
 import common
@@ -55,6 +59,10 @@ def profile_model(model, batches, device: torch.device, d_model: int, top: int) 
     train_once = train_step.Candidate(model, batches, bf16).step_function(device, d_model)
     train_once()  # allocator, kernel choices, first-call costs
     common.sync(device)
+    started = time.perf_counter()  # the same updates without the profiler's own overhead
+    train_once()
+    common.sync(device)
+    wall = time.perf_counter() - started
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -76,6 +84,8 @@ def profile_model(model, batches, device: torch.device, d_model: int, top: int) 
     return {
         "updates": len(batches),
         "total_s": total / 1e6,
+        "wall_s": wall,
+        "busy": total / 1e6 / wall,
         "groups": {name: groups[name] / total for name in sorted(groups)},
         "operators": [
             {
@@ -88,6 +98,32 @@ def profile_model(model, batches, device: torch.device, d_model: int, top: int) 
             for e in ranked
         ],
     }
+
+
+def profile_models(config, batches, device: torch.device, top: int = 15) -> dict:
+    """Profile ours and ``nn.Transformer`` (with our weights) on the same batches."""
+    torch.manual_seed(0)
+    ours = Transformer(config)
+    peer = peers.TorchTransformer(config)
+    peers.copy_weights(ours, peer)
+    return {
+        name: profile_model(model, batches, device, config.d_model, top)
+        for name, model in (("ours", ours), ("nn.Transformer", peer))
+    }
+
+
+def print_profiles(profiles: dict) -> None:
+    """Each model's groups and busy share, then its most expensive operators."""
+    for name, figures in profiles.items():
+        shares = ", ".join(f"{g} {s:.0%}" for g, s in figures["groups"].items())
+        print(
+            f"{name}: {figures['total_s'] * 1e3:.1f} ms of operators in {figures['wall_s'] * 1e3:.1f}"
+            f" ms for {figures['updates']} updates (busy {figures['busy']:.0%}); {shares}"
+        )
+        for op in figures["operators"]:
+            print(
+                f"  {op['share']:6.1%}  {op['self_s'] * 1e3:8.2f} ms  {op['calls']:6d}  {op['name']}"
+            )
 
 
 def main() -> None:
@@ -107,23 +143,9 @@ def main() -> None:
             parser.error(f"{err} (or run with --data random)")
     else:
         batches, _ = train_step.random_batches(size.model, size.max_tokens, args.batches)
-    torch.manual_seed(0)
-    ours = Transformer(size.model)
-    peer = peers.TorchTransformer(ours.config)
-    peers.copy_weights(ours, peer)
-    results = {"config": vars(size.model), "max_tokens": size.max_tokens, "data": data}
-    for name, model in (("ours", ours), ("nn.Transformer", peer)):
-        results[name] = profile_model(model, batches, device, size.model.d_model, args.top)
-    for name in ("ours", "nn.Transformer"):
-        figures = results[name]
-        shares = ", ".join(f"{g} {s:.0%}" for g, s in figures["groups"].items())
-        print(
-            f"{name}: {figures['total_s'] * 1e3:.1f} ms for {figures['updates']} updates; {shares}"
-        )
-        for op in figures["operators"]:
-            print(
-                f"  {op['share']:6.1%}  {op['self_s'] * 1e3:8.2f} ms  {op['calls']:6d}  {op['name']}"
-            )
+    profiles = profile_models(size.model, batches, device, args.top)
+    print_profiles(profiles)
+    results = {"config": vars(size.model), "max_tokens": size.max_tokens, "data": data, **profiles}
     common.save(args, device, "profile_step", results)
 
 

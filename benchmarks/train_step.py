@@ -13,8 +13,9 @@ The speed-ups, each measured against our default in the same rounds (a ratio abo
 bf16 autocast (against float32), the fused Q/K/V projection (against three products),
 ``scaled_dot_product_attention`` (against the written-out softmax), ``torch.compile``, Adam's
 fused and for-each kernels (against PyTorch's default on the device), batches by length (against
-batches filled in random order under the same budget), padding widths to a multiple of 8 and,
-on a CPU, oneDNN's products (``TrainingConfig(products="onednn")``, against PyTorch's MKL).
+batches filled in random order under the same budget), padding widths to a multiple of 8, CUDA
+graphs (``torch.compile``'s "reduce-overhead" mode, against its default mode: ``--compile graphs``)
+and, on a CPU, oneDNN's products (``TrainingConfig(products="onednn")``, against PyTorch's MKL).
 
 Run: ``python benchmarks/train_step.py`` (CPU, small model; ``make bench`` runs every benchmark),
 ``python benchmarks/train_step.py --device cuda --size base`` on a GPU.
@@ -112,6 +113,7 @@ class Candidate:
     bf16: bool
     adam: str = "default"  # default | loop | foreach | fused
     products: str | None = None  # "onednn": the linear layers by oneDNN (a CPU only)
+    graphs: bool = False  # a model compiled with CUDA graphs: each update starts a new step
 
     def step_function(self, device: torch.device, d_model: int) -> Callable[[], None]:
         """A function that trains on every batch once (one optimizer update per batch)."""
@@ -128,6 +130,8 @@ class Candidate:
 
         def train_once() -> None:
             for batch in batches:
+                if self.graphs:  # the last update's graph outputs may be overwritten now
+                    torch.compiler.cudagraph_mark_step_begin()
                 with autocast:
                     logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
                 loss, tokens = label_smoothed_loss(logits, batch.tgt_out, PAD_ID)
@@ -145,6 +149,7 @@ def candidates(
     unordered: list[Batch],
     device: torch.device,
     compile_models: bool,
+    graphs: bool = False,
 ) -> tuple[dict[str, Candidate], list[tuple[str, str, str]]]:
     """Every way of training to time, and the speed-ups as (trick, with, without) names."""
     bf16 = device.type == "cuda"  # what the training loop does: bf16 autocast on CUDA only
@@ -201,6 +206,21 @@ def candidates(
             torch.compile(peer_compiled), by_length, bf16
         )
         tricks.append(("torch.compile", "ours, torch.compile", "ours"))
+    if compile_models and graphs:
+        # CUDA graphs: each batch shape's kernels recorded once and replayed by one launch, which
+        # removes the host's per-kernel cost. The benchmark's batches repeat every round, so each
+        # shape is recorded in the untimed rounds; the training loop's shapes vary from batch to
+        # batch, and would have to be bucketed into a few for the graphs to be reused.
+        c["ours, torch.compile + CUDA graphs"] = Candidate(
+            torch.compile(peers.variant(ours), mode="reduce-overhead"), by_length, bf16, graphs=True
+        )
+        tricks.append(
+            (
+                "CUDA graphs (on torch.compile)",
+                "ours, torch.compile + CUDA graphs",
+                "ours, torch.compile",
+            )
+        )
     if device.type == "cpu":
         c["ours, oneDNN products"] = Candidate(
             peers.variant(ours), by_length, bf16, products="onednn"
@@ -283,16 +303,18 @@ def measure(
     rounds: int | None = None,
     compile_models: bool = False,
     memory: bool = False,
+    graphs: bool = False,
     only: Sequence[str] | None = None,
 ) -> dict:
     """Time every candidate in turns and return the figures (see the module's docstring).
 
     ``only``: the names of the candidates to time ("ours" and "nn.Transformer" always are).
+    ``graphs``: with ``compile_models``, time our compiled model with CUDA graphs too.
     """
     torch.manual_seed(0)
     ours = Transformer(size.model)
     by_length, unordered = batches
-    everything, tricks = candidates(ours, by_length, unordered, device, compile_models)
+    everything, tricks = candidates(ours, by_length, unordered, device, compile_models, graphs)
     keep = {"ours", "nn.Transformer", *(only if only is not None else everything)}
     chosen = {name: cand for name, cand in everything.items() if name in keep}
     tricks = [t for t in tricks if t[1] in chosen and t[2] in chosen]
@@ -303,8 +325,9 @@ def measure(
         name: cand.step_function(device, size.model.d_model) for name, cand in chosen.items()
     }
     # Compiled models compile on the first batch, and again (for varying shapes) on the second:
-    # two untimed rounds keep compilation out of the timings.
-    warmup = 2 if compile_models else 1
+    # two untimed rounds keep compilation out of the timings. CUDA graphs record each shape
+    # after one run of it that warms up: a third untimed round.
+    warmup = 1 + compile_models + graphs
     times = common.time_in_turns(functions, rounds or size.rounds, warmup, device)
 
     peak = peak_for(common.device_name(device)) if device.type == "cuda" else None
@@ -463,9 +486,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=None, help="batches per round")
     parser.add_argument(
         "--compile",
-        choices=("auto", "yes", "no"),
+        choices=("auto", "yes", "no", "graphs"),
         default="auto",
-        help="time torch.compile too (auto: on CUDA only; compiling on a CPU takes minutes)",
+        help="time torch.compile too (auto: on CUDA only; compiling on a CPU takes minutes); "
+        "graphs: our compiled model without and with CUDA graphs, beside ours and the peer only",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the GPU memory figures")
     parser.add_argument(
@@ -487,7 +511,15 @@ def main() -> None:
             parser.error(f"{err} (or run with --data random)")
     else:
         batches = random_batches(size.model, size.max_tokens, size.batches)
-    compile_models = args.compile == "yes" or (args.compile == "auto" and device.type == "cuda")
+    compile_models = args.compile in ("yes", "graphs") or (
+        args.compile == "auto" and device.type == "cuda"
+    )
+    graphs = args.compile == "graphs"
+    only = None
+    if args.no_tricks:
+        only = ["nn.Transformer as it comes"]
+    elif graphs:  # two compilations of ours: the rest of the speed-ups are another command's
+        only = ["ours, torch.compile", "ours, torch.compile + CUDA graphs"]
     results = measure(
         size,
         device,
@@ -495,7 +527,8 @@ def main() -> None:
         args.rounds,
         compile_models=compile_models,
         memory=not args.no_memory,
-        only=["nn.Transformer as it comes"] if args.no_tricks else None,
+        only=only,
+        graphs=graphs,
     )
     results["comparisons"] = report(results, device)
     results["data"] = args.data

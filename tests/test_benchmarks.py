@@ -199,7 +199,8 @@ def test_the_profile_accounts_for_a_step_on_the_cpu():
     batches, _ = train_step.random_batches(config, 64, 2)
     model = Transformer(config)
     figures = profile_step.profile_model(model, batches, torch.device("cpu"), config.d_model, 5)
-    assert figures["updates"] == 2 and figures["total_s"] > 0
+    assert figures["updates"] == 2 and figures["total_s"] > 0 and figures["wall_s"] > 0
+    assert figures["busy"] == pytest.approx(figures["total_s"] / figures["wall_s"])
     assert sum(figures["groups"].values()) == pytest.approx(1)
     assert figures["groups"]["matrix products"] > 0
     assert len(figures["operators"]) == 5
@@ -225,6 +226,24 @@ def test_train_step_measures_every_candidate_on_random_batches():
         "fused Adam (one kernel)",
         "oneDNN products (CPU)",
     }
+
+
+def test_cuda_graphs_are_timed_against_the_compiled_model():
+    """``--compile graphs``: the graphs' row compares two compilations of ours (compiling is
+    lazy, so nothing compiles here), and a step that marks each update runs on a CPU."""
+    config, ours, _, _ = small_models()
+    batches = train_step.random_batches(config, 64, 2)
+    cpu = torch.device("cpu")
+    plain, plain_tricks = train_step.candidates(ours, *batches, cpu, compile_models=True)
+    both, tricks = train_step.candidates(ours, *batches, cpu, compile_models=True, graphs=True)
+    graphs = "ours, torch.compile + CUDA graphs"
+    assert set(both) - set(plain) == {graphs} and both[graphs].graphs
+    assert [t for t in tricks if t not in plain_tricks] == [
+        ("CUDA graphs (on torch.compile)", graphs, "ours, torch.compile")
+    ]
+    before = [p.detach().clone() for p in ours.parameters()]
+    train_step.Candidate(ours, batches[0], bf16=False, graphs=True).step_function(cpu, 32)()
+    assert any(not torch.equal(b, p) for b, p in zip(before, ours.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("threshold", [0, 5000, 8192, 100_000, 3_000_000, 10**9])

@@ -15,7 +15,10 @@
 #   3. bash tools/gpu/perf.sh scaling attention    (~2 min)
 #   4. bash tools/gpu/perf.sh decoding             (~3 min; incremental vs re-running, test_2016 at beam 4)
 #   5. bash tools/gpu/perf.sh profile              (~1 min: where a base step's time goes, ours and
-#                                                   nn.Transformer, by operator)
+#                                                   nn.Transformer, by operator, and how busy the
+#                                                   GPU was)
+#   6. bash tools/gpu/perf.sh graphs               (~5 min: ours compiled, without and with CUDA
+#                                                   graphs, beside ours and nn.Transformer eager)
 # Each step stops itself before 10 minutes; a step that overran leaves its log under $OUT/logs
 # but no JSON.
 # The manifests name the commit of the code: from git in a checkout, otherwise from
@@ -36,7 +39,7 @@ PYTHON="${PYTHON:-python3}"
 source "$(dirname "$0")/environment.sh"  # the pinned tokenizers and sacrebleu, or a stop
 
 if [ "$#" -eq 0 ]; then
-    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding profile)" >&2
+    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding profile graphs)" >&2
     exit 2
 fi
 if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
@@ -94,8 +97,12 @@ for name in "$@"; do
         profile)  # the profiler over three base updates: products, attention, everything else
             step profile 240 benchmarks/profile_step.py --device cuda --size base --out "$results"
             ;;
+        graphs)  # CUDA graphs on top of torch.compile: what launching kernels one by one costs
+            step graphs 540 benchmarks/train_step.py --device cuda --size base --compile graphs \
+                --no-memory --name train_step_graphs --out "$results"
+            ;;
         *)
-            echo "unknown step $name: choose among check train_step compile scaling attention decoding profile" >&2
+            echo "unknown step $name: choose among check train_step compile scaling attention decoding profile graphs" >&2
             exit 2
             ;;
     esac
