@@ -236,8 +236,9 @@ def test_train_step_measures_every_candidate_on_random_batches():
 
 
 def test_cuda_graphs_are_timed_against_the_compiled_model():
-    """``--compile graphs``: the graphs' row compares two compilations of ours (compiling is
-    lazy, so nothing compiles here), and a step that marks each update runs on a CPU."""
+    """``--compile graphs``: the graphs' rows compare our model compiled with them to ours
+    eager and compiled without them (compiling is lazy, so nothing compiles here), and a step
+    that marks each update runs on a CPU."""
     config, ours, _, _ = small_models()
     batches = train_step.random_batches(config, 64, 2)
     cpu = torch.device("cpu")
@@ -246,7 +247,8 @@ def test_cuda_graphs_are_timed_against_the_compiled_model():
     graphs = "ours, torch.compile + CUDA graphs"
     assert set(both) - set(plain) == {graphs} and both[graphs].graphs
     assert [t for t in tricks if t not in plain_tricks] == [
-        ("CUDA graphs (on torch.compile)", graphs, "ours, torch.compile")
+        ("torch.compile + CUDA graphs", graphs, "ours"),
+        ("CUDA graphs (on torch.compile)", graphs, "ours, torch.compile"),
     ]
     before = [p.detach().clone() for p in ours.parameters()]
     train_step.Candidate(ours, batches[0], bf16=False, graphs=True).step_function(cpu, 32)()

@@ -17,8 +17,8 @@
 #   5. bash tools/gpu/perf.sh profile              (~1 min: where a base step's time goes, ours and
 #                                                   nn.Transformer, by operator, and how busy the
 #                                                   GPU was)
-#   6. bash tools/gpu/perf.sh graphs               (~5 min: ours compiled, without and with CUDA
-#                                                   graphs, beside ours and nn.Transformer eager)
+#   6. bash tools/gpu/perf.sh graphs               (~3 min: ours compiled with CUDA graphs,
+#                                                   beside ours and nn.Transformer eager)
 # Each step stops itself before 10 minutes; a step that overran leaves its log under $OUT/logs
 # but no JSON.
 # The manifests name the commit of the code: from git in a checkout, otherwise from
