@@ -305,16 +305,6 @@ def test_self_attention_shortcut_equals_separate_projections():
     assert_close(mha(x, x, x, mask), mha(x, x.clone(), x.clone(), mask))
 
 
-def test_cross_attention_shortcut_equals_separate_projections():
-    """Keys and values of one tensor (``key is value``) take one product; a copy takes two."""
-    mha = random_module(d_k=4, heads=2, seed=3)
-    g = torch.Generator().manual_seed(3)
-    x = torch.randn(2, 5, 8, generator=g, dtype=DOUBLE)
-    memory = torch.randn(2, 7, 8, generator=g, dtype=DOUBLE)
-    mask = padding_mask(torch.tensor([[1] * 7, [1] * 4 + [0] * 3]), 0)
-    assert_close(mha(x, memory, memory, mask), mha(x, memory, memory.clone(), mask))
-
-
 def test_heads_must_divide_the_width():
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(10, 4)

@@ -127,13 +127,10 @@ class MultiHeadAttention(nn.Module):
             if cache is not None and "key" in cache:
                 k, v = cache["key"], cache["value"]
             else:
-                if key is value:  # the encoder's output: W^K and W^V in one product
-                    kv = F.linear(key, weight[e:], None if bias is None else bias[e:])
-                    k, v = kv.split([e, self.d_model], dim=-1)
-                else:
-                    k = F.linear(key, weight[e : 2 * e], None if bias is None else bias[e : 2 * e])
-                    v = F.linear(value, weight[2 * e :], None if bias is None else bias[2 * e :])
-                k, v = self._split(k, d_k), self._split(v, d_v)  # (B, h, L_k, d_k), (.., d_v)
+                b_k = None if bias is None else bias[e : 2 * e]
+                b_v = None if bias is None else bias[2 * e :]
+                k = self._split(F.linear(key, weight[e : 2 * e], b_k), d_k)  # (B, h, L_k, d_k)
+                v = self._split(F.linear(value, weight[2 * e :], b_v), d_v)  # (B, h, L_k, d_v)
                 if cache is not None:
                     cache["key"], cache["value"] = k, v
         dropout_p = self.dropout if self.training else 0.0
