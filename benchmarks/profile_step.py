@@ -71,16 +71,13 @@ def profile_model(model, batches, device: torch.device, d_model: int, top: int) 
         common.sync(device)
     # The operators, not the kernels: on a GPU each kernel is listed too, and its time is already
     # its operator's self time on the device.
-    events = [
-        e
-        for e in profiler.key_averages()
-        if e.device_type == DeviceType.CPU and self_time_us(e, device) > 0
-    ]
-    total = sum(self_time_us(e, device) for e in events)
+    timed = [(e, self_time_us(e, device)) for e in profiler.key_averages()]
+    timed = [(e, us) for e, us in timed if e.device_type == DeviceType.CPU and us > 0]
+    total = sum(us for _, us in timed)
     groups: dict[str, float] = defaultdict(float)
-    for event in events:
-        groups[group(event.key)] += self_time_us(event, device)
-    ranked = sorted(events, key=lambda e: self_time_us(e, device), reverse=True)[:top]
+    for event, us in timed:
+        groups[group(event.key)] += us
+    ranked = sorted(timed, key=lambda pair: pair[1], reverse=True)[:top]
     return {
         "updates": len(batches),
         "total_s": total / 1e6,
@@ -91,11 +88,11 @@ def profile_model(model, batches, device: torch.device, d_model: int, top: int) 
             {
                 "name": e.key,
                 "group": group(e.key),
-                "self_s": self_time_us(e, device) / 1e6,
-                "share": self_time_us(e, device) / total,
+                "self_s": us / 1e6,
+                "share": us / total,
                 "calls": e.count,
             }
-            for e in ranked
+            for e, us in ranked
         ],
     }
 
