@@ -20,8 +20,8 @@ import numpy as np
 import peers
 import torch
 
+from transformer_lib.book.performance import training_flops
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.performance import training_flops
 from transformer_lib.schedule import make_optimizer
 from transformer_lib.tokenizer import PAD_ID
 from transformer_lib.training import label_smoothed_loss

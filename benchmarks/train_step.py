@@ -6,7 +6,7 @@ of a step against the peer's and the largest token budget that fits.
 
 The batches are Multi30k's (a joint BPE vocabulary learned at the start, token-budget batches by
 length, as the training loop makes them); ``--data random`` uses random tokens instead. The FLOP
-count is the performance chapter's (``transformer_lib.performance``), over the real tokens of each
+count is the performance chapter's (``transformer_lib.book.performance``), over the real tokens of each
 batch, so padding counts as waste; the peak rate is the device's dense bf16 rate, with its source.
 
 The speed-ups, each measured against our default in the same rounds (a ratio above 1 = it helps):
@@ -36,10 +36,10 @@ import torch
 from torch import nn
 
 from transformer_lib.batching import Batch, collate, encode_pairs, plan_batches
+from transformer_lib.book.performance import peak_for, training_flops
 from transformer_lib.data import DataError, load_multi30k
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.onednn import OneDNNProducts
-from transformer_lib.performance import peak_for, training_flops
 from transformer_lib.schedule import make_optimizer
 from transformer_lib.tokenizer import PAD_ID, BPETokenizer
 from transformer_lib.training import label_smoothed_loss

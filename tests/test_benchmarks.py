@@ -13,9 +13,9 @@ from helpers import assert_close
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from transformer_lib.book.performance import PEAKS, forward_flops, peak_for, training_flops
+from transformer_lib.book.recurrent import RecurrentConfig, RecurrentTranslator
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.performance import PEAKS, forward_flops, peak_for, training_flops
-from transformer_lib.recurrent import RecurrentConfig, RecurrentTranslator
 from transformer_lib.tokenizer import PAD_ID
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from transformer_lib import cli, engine, evaluation
+from transformer_lib.book.report import ReportError
 from transformer_lib.checkpoints import CheckpointError
 from transformer_lib.data import ChecksumError, DataError, DataNotFoundError
-from transformer_lib.report import ReportError
 
 
 def average_raising(monkeypatch, tmp_path, error, *options):

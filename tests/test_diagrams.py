@@ -16,8 +16,8 @@ import pytest
 import torch
 import yaml
 
-from transformer_lib import diagrams
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_lib.book import diagrams
 from transformer_lib.model import Transformer, TransformerConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,15 +13,13 @@ import onnx
 import pytest
 import torch
 
+from transformer_lib.book.translator_page import PAGE_MODELS, export_key, export_page_models
 from transformer_lib.decoding import GREEDY, IncrementalDecoder, SearchConfig, translate
 from transformer_lib.export import (
     GRAPHS,
-    PAGE_MODELS,
     ExportError,
     OnnxGraphs,
     export_graphs,
-    export_key,
-    export_page_models,
     quantize_graph,
     serving_copy,
 )

@@ -12,6 +12,7 @@ import torch
 from helpers import require_multi30k
 
 import transformer_lib
+from transformer_lib.book.report import hypotheses_name
 from transformer_lib.data import load_multi30k
 from transformer_lib.decoding import SearchConfig, translate
 from transformer_lib.model import Transformer, TransformerConfig
@@ -24,7 +25,6 @@ from transformer_lib.pretrained import (
     save_pretrained,
     sha256,
 )
-from transformer_lib.report import hypotheses_name
 from transformer_lib.tokenizer import BPETokenizer
 
 ROOT = Path(__file__).resolve().parent.parent

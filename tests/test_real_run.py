@@ -16,10 +16,10 @@ import torch
 from toy_seq2seq import ToyModel, toy_batches
 
 from transformer_lib import training
+from transformer_lib.book.report import REPORT_FILES, TEST_SPLITS, read_report
 from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.data import multi30k_file
 from transformer_lib.recipe import PROFILES
-from transformer_lib.report import REPORT_FILES, TEST_SPLITS, read_report
 from transformer_lib.training import TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent

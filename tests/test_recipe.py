@@ -144,6 +144,15 @@ def test_the_library_hash_follows_the_source(library_copy):
     assert recipe.library_hash() != before
 
 
+def test_the_library_hash_ignores_the_books_machinery(library_copy):
+    """A chart or a table edited in the book retrains no cached run: only the library's own
+    modules identify the code that trains, not ``transformer_lib.book``."""
+    before = recipe.library_hash()
+    charts = library_copy / "book" / "charts.py"
+    charts.write_text(charts.read_text(encoding="utf-8") + "\n# a comment\n", encoding="utf-8")
+    assert recipe.library_hash() == before
+
+
 def test_the_library_hash_ignores_the_tangles_line_markers(library_copy):
     """Prose moved in a chapter shifts the markers of the cells below it, not the code."""
     copy = library_copy

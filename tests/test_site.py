@@ -276,7 +276,7 @@ def test_the_pages_searches_are_the_decoding_chapters(tmp_path):
 def test_the_pages_tokenizer_is_the_books(tmp_path, root):
     """web/translator/tokenizer.js over the vendored library encodes, decodes and labels pieces
     exactly as BPETokenizer and the recorded runs' labels do, odd text included."""
-    from transformer_lib.report import token_labels
+    from transformer_lib.book.report import token_labels
     from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 
     library = root / "node_modules/@huggingface/tokenizers/dist/tokenizers.min.mjs"

@@ -15,12 +15,36 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "transformer_lib"
-MODULES = sorted(path.stem for path in PACKAGE.glob("*.py"))
+BOOK = "book"  # the subpackage of the book's machinery, which the library never imports
+
+
+def module_name(path: Path) -> str:
+    """A module's dotted name within the package: ``model``, ``book.charts``; a subpackage's
+    ``__init__.py`` is the subpackage (``book``), the package's own is ``__init__``."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def module_path(module: str) -> Path:
+    """The file of a dotted module name (the inverse of :func:`module_name`)."""
+    folder = PACKAGE.joinpath(*module.split("."))
+    return folder / "__init__.py" if folder.is_dir() else folder.with_suffix(".py")
+
+
+def is_book(module: str) -> bool:
+    return module == BOOK or module.startswith(BOOK + ".")
+
+
+MODULES = sorted(module_name(path) for path in PACKAGE.rglob("*.py"))
+LIBRARY_MODULES = [module for module in MODULES if not is_book(module)]
 
 # Lowest first. A module may import only modules of lower layers (its own layer excluded): the
-# layers say what each part of the library is allowed to know about.
+# layers say what each part of the library is allowed to know about. The book's machinery comes
+# after the whole library: it may use any of it, and the library never uses it.
 LAYERS = [
-    ["__init__"],  # the package itself: its version, and load_pretrained on first use
+    ["__init__"],  # the package itself: its version, and its public names on first use
     # atomic files, commit, machine; the user's mistakes on the command line: they know nothing
     # of the model or the data
     ["provenance", "usage"],
@@ -28,19 +52,26 @@ LAYERS = [
     # learning-rate schedule
     ["attention", "checkpoints", "data", "distributed", "onednn", "schedule"],
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
-    # on a model or a tokenizer (diagrams: Figures 1 and 2, drawn from the model's modules)
-    ["batching", "decoding", "diagrams", "inspection", "recurrent", "training"],
-    # the shipped models' folders (safetensors, config, tokenizer, checksums); the pictures, tables
-    # and corpus measurements of Part I; copies into PyTorch's modules
-    ["charts", "corpus", "explorers", "pretrained", "references", "tables"],
-    # BLEU and averaging; the CTranslate2 engine; ONNX graphs; FLOPs (of both kinds of model)
-    ["engine", "evaluation", "export", "performance"],
-    ["lengths", "recipe", "variations"],  # sentence lengths; a training recipe; Table 3's variants
-    ["report", "sweep", "verdicts"],  # what a finished run or a sweep writes, and how it reads
-    # the solutions of Part I's exercises, which the chapters call
-    ["solutions_evaluation", "solutions_model", "solutions_training"],
+    # on a model or a tokenizer
+    ["batching", "decoding", "inspection", "training"],
+    ["pretrained"],  # the shipped models' folders (safetensors, config, tokenizer, checksums)
+    # BLEU and averaging; the CTranslate2 engine; ONNX graphs
+    ["engine", "evaluation", "export"],
+    ["recipe"],  # a training recipe
     ["cli"],  # the command line only wires the others
     ["__main__"],  # ``python -m transformer_lib``
+    # The book's machinery, on top of the library.
+    ["book"],  # the subpackage's marker
+    # the recurrent baseline; the pictures, tables and corpus measurements of Part I; Figures 1
+    # and 2 drawn from the model's modules; copies into PyTorch's modules; sentence lengths;
+    # the decoding chapter's timings and toy runs; the translator page's models
+    ["book.charts", "book.corpus", "book.diagrams", "book.explorers", "book.lengths"]
+    + ["book.recurrent", "book.references", "book.tables", "book.timing", "book.toy_runs"]
+    + ["book.translator_page"],
+    ["book.performance", "book.variations"],  # FLOPs (of both kinds of model); Table 3's variants
+    ["book.report", "book.sweep", "book.verdicts"],  # what a run or a sweep writes, how it reads
+    # the solutions of Part I's exercises, which the chapters call
+    ["book.solutions_evaluation", "book.solutions_model", "book.solutions_training"],
 ]
 LAYER = {module: i for i, modules in enumerate(LAYERS) for module in modules}
 
@@ -50,15 +81,25 @@ MAX_LINES = 420
 LONG_MODULES: dict[str, str] = {}
 
 
+def _resolve(base: list[str], name: str | None = None) -> str:
+    """The dotted module (within the package) that ``import transformer_lib.<base>`` or ``from
+    transformer_lib.<base> import <name>`` reads: ``name`` itself when it is a module."""
+    parts = base[1:]
+    if name is not None and module_path(".".join([*parts, name])).is_file():
+        parts = [*parts, name]
+    return ".".join(parts) or "__init__"
+
+
 def imported_modules(module: str) -> set[str]:
     """The modules of transformer_lib that ``module`` imports anywhere in its source.
 
     ``import transformer_lib`` or ``from transformer_lib import __version__`` is an import of the
-    package itself, ``__init__``; ``from transformer_lib import data`` one of the module ``data``.
+    package itself, ``__init__``; ``from transformer_lib import data`` one of the module ``data``;
+    ``from transformer_lib.book import charts`` one of ``book.charts``.
     """
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
-    # The package's __getattr__ imports a public name (load_pretrained) on first use only:
-    # importing the package imports nothing (test_importing_the_package_imports_nothing_heavy).
+    tree = ast.parse(module_path(module).read_text(encoding="utf-8"))
+    # The package's __getattr__ imports a public name on first use only: importing the package
+    # imports nothing (test_importing_the_package_imports_nothing_heavy).
     lazy = {
         id(inner)
         for node in tree.body
@@ -73,20 +114,17 @@ def imported_modules(module: str) -> set[str]:
             for alias in node.names:
                 parts = alias.name.split(".")
                 if parts[0] == "transformer_lib":
-                    found.add(parts[1] if len(parts) > 1 else "__init__")
+                    found.add(_resolve(parts))
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: from . import x, from .x import y
-                base = ["transformer_lib", *(node.module.split(".") if node.module else [])]
+                here = module.split(".")[: -node.level] if "." in module else []
+                base = ["transformer_lib", *here, *(node.module.split(".") if node.module else [])]
             else:
                 base = (node.module or "").split(".")
             if base[0] != "transformer_lib":
                 continue
-            if len(base) > 1:
-                found.add(base[1])
-                continue
-            for alias in node.names:  # from transformer_lib import <module or attribute>
-                is_module = (PACKAGE / f"{alias.name}.py").is_file()
-                found.add(alias.name if is_module else "__init__")
+            for alias in node.names:
+                found.add(_resolve(base, alias.name))
     found.discard(module)
     return found
 
@@ -103,17 +141,20 @@ def test_the_import_parser_sees_every_kind_of_import(tmp_path, monkeypatch):
         "from transformer_lib import decoding, __version__\n"
         "from . import tokenizer\n"
         "from .batching import make_batches\n"
+        "from transformer_lib.book import charts\n"
         "def later():\n"
         "    from transformer_lib.training import train\n"
         "    import transformer_lib\n"
     )
     package = tmp_path / "transformer_lib"
     package.mkdir()
-    for name in ("model", "data", "decoding", "tokenizer", "batching", "training"):
+    for name in ("model", "data", "decoding", "tokenizer", "batching", "training", "book/charts"):
+        (package / f"{name}.py").parent.mkdir(exist_ok=True)
         (package / f"{name}.py").write_text("")
     (package / "probe.py").write_text(source)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
     expected = {"model", "data", "decoding", "tokenizer", "batching", "training", "__init__"}
+    expected |= {"book.charts"}
     assert imported_modules("probe") == expected
 
 
@@ -156,9 +197,56 @@ def test_imports_point_only_to_lower_layers(module):
     )
 
 
+@pytest.mark.parametrize("module", LIBRARY_MODULES)
+def test_the_library_never_imports_the_book(module):
+    """The book's machinery is support code for the chapters: nothing a user imports reaches it,
+    so editing a chart changes neither the library nor the runs the chapters cache."""
+    reached = sorted(m for m in GRAPH[module] if is_book(m))
+    assert not reached, (
+        f"{module} imports {reached}: the library never imports transformer_lib.book"
+    )
+
+
+def test_the_library_rule_sees_a_book_import():
+    """The rule above can fail: a library module that imported a chart would be caught."""
+    assert is_book("book.charts") and is_book("book") and not is_book("bookkeeping")
+    assert any(is_book(m) for m in GRAPH["book.solutions_model"])
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if not m.startswith("__") and m != BOOK])
+def test_every_generated_module_declares_its_public_names(module):
+    """``__all__`` (written by the tangle) names only what the module defines, and each name is
+    there: a reader's tab completion and the API reference see the public surface only."""
+    tree = ast.parse(module_path(module).read_text(encoding="utf-8"))
+    declared = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and "__all__" in [t.id for t in ast.walk(node) if isinstance(t, ast.Name)]
+    ]
+    assert len(declared) == 1, f"{module} declares __all__ {len(declared)} times"
+    names = ast.literal_eval(declared[0].value)
+    defined = {
+        node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+    } | {
+        t.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    assert names, f"{module} exports nothing"
+    assert set(names) <= defined, (
+        f"{module}.__all__ names {set(names) - defined}, not defined there"
+    )
+    assert not [name for name in names if name.startswith("_")]
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_the_module_is_short(module):
-    lines = len((PACKAGE / f"{module}.py").read_text(encoding="utf-8").splitlines())
+    # The closing ``__all__`` the tangle writes, one name a line, is not code to read: not counted.
+    code = module_path(module).read_text(encoding="utf-8").split("\n\n__all__")[0]
+    lines = len(code.splitlines())
     if lines > MAX_LINES and module in LONG_MODULES:
         pytest.xfail(f"{lines} lines: {LONG_MODULES[module]}")
     assert lines <= MAX_LINES, f"{module}.py has {lines} lines; split it (at most {MAX_LINES})"

@@ -12,14 +12,14 @@ import pytest
 import sacrebleu
 from helpers import require_multi30k
 
-from transformer_lib.data import multi30k_file
-from transformer_lib.sweep import (
+from transformer_lib.book.sweep import (
     BUCKETS_FILE,
     HYPOTHESES_FOLDER,
     MANIFEST_FILE,
     RESULTS_FILE,
     read_results,
 )
+from transformer_lib.data import multi30k_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = sorted(path.parent for path in (ROOT / "results").glob(f"table3*/{RESULTS_FILE}"))

@@ -105,8 +105,43 @@ def test_malformed_export_line_is_an_error(book):
         tangle.tangle(book)
 
 
-@pytest.mark.parametrize("module", ["Model", "model.py", "__init__", "__main__", ""])
-def test_module_name_must_be_a_plain_module(book, module):
+def test_a_dotted_name_writes_into_a_subpackage(book):
+    write_chapter(
+        book / "book/figures.md", "Figures", "#| export: book.charts\ndef draw():\n    pass"
+    )
+    write_toc(book, "book/attention", "book/model", "book/figures")
+    (book / "transformer_lib/book").mkdir(parents=True)
+    (book / "transformer_lib/book/__init__.py").write_text('"""the book\'s machinery"""\n')
+    assert tangle.tangle(book) == ["attention.py", "book/charts.py", "model.py"]
+    assert "def draw():" in (book / "transformer_lib/book/charts.py").read_text()
+    assert tangle.tangle(book, check=True) == ["attention.py", "book/charts.py", "model.py"]
+
+
+def test_a_subpackage_without_its_marker_is_an_error(book):
+    write_chapter(book / "book/figures.md", "Figures", "#| export: book.charts\nX = 1")
+    write_toc(book, "book/attention", "book/model", "book/figures")
+    with pytest.raises(TangleError, match=r"transformer_lib/book/ has no __init__.py"):
+        tangle.tangle(book)
+    assert not (book / "transformer_lib/book").exists()
+
+
+def test_every_module_ends_with_its_public_names(book):
+    cell = (
+        "#| export: model\nimport math\n\nD_MODEL = 512\n_PRIVATE = 1\nlogger = None\n\n\n"
+        "def public():\n    pass\n\n\ndef _helper():\n    pass\n\n\nclass Model:\n    pass"
+    )
+    write_chapter(book / "book/model.md", "Model", cell)
+    tangle.tangle(book)
+    namespace: dict = {}
+    exec((book / "transformer_lib/model.py").read_text(), namespace)
+    # in book order; imports, private names and lower-case variables left out
+    assert namespace["__all__"] == ["D_MODEL", "public", "Model"]
+
+
+@pytest.mark.parametrize(
+    "module", ["Model", "model.py", "__init__", "__main__", "", "book.__init__", "book..x"]
+)
+def test_module_name_must_be_a_python_module(book, module):
     write_chapter(book / "book/model.md", "Model", f"#| export: {module}\nX = 1")
     with pytest.raises(TangleError):
         tangle.tangle(book)

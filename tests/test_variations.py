@@ -26,20 +26,15 @@ from torch import nn
 
 from transformer_lib.attention import MultiHeadAttention, padding_mask, subsequent_mask
 from transformer_lib.batching import BatchesByLength, encode_pairs
-from transformer_lib.data import DATA_ENV, load_multi30k
-from transformer_lib.decoding import (
-    IncrementalDecoder,
-    RerunDecoder,
-    SearchConfig,
-    beam_search,
-    translate,
+from transformer_lib.book.lengths import (
+    bucket_scores,
+    length_buckets,
+    pairs_within,
+    trained_lengths,
 )
-from transformer_lib.lengths import bucket_scores, length_buckets, pairs_within, trained_lengths
-from transformer_lib.model import PositionalEncoding, Transformer, TransformerConfig
-from transformer_lib.performance import training_flops
-from transformer_lib.provenance import jsonable
-from transformer_lib.recurrent import RecurrentConfig, RecurrentDecoder, RecurrentTranslator
-from transformer_lib.sweep import (
+from transformer_lib.book.performance import training_flops
+from transformer_lib.book.recurrent import RecurrentConfig, RecurrentDecoder, RecurrentTranslator
+from transformer_lib.book.sweep import (
     BUCKETS_FILE,
     HYPOTHESES_FOLDER,
     MANIFEST_FILE,
@@ -50,8 +45,7 @@ from transformer_lib.sweep import (
     run_sweep,
     sweep_tokenizer,
 )
-from transformer_lib.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
-from transformer_lib.variations import (
+from transformer_lib.book.variations import (
     SWEEP_PROFILES,
     SweepError,
     build_model,
@@ -61,6 +55,17 @@ from transformer_lib.variations import (
     sweep_identity,
     sweep_variants,
 )
+from transformer_lib.data import DATA_ENV, load_multi30k
+from transformer_lib.decoding import (
+    IncrementalDecoder,
+    RerunDecoder,
+    SearchConfig,
+    beam_search,
+    translate,
+)
+from transformer_lib.model import PositionalEncoding, Transformer, TransformerConfig
+from transformer_lib.provenance import jsonable
+from transformer_lib.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
 
 DOUBLE = torch.float64
 

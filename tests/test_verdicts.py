@@ -1,4 +1,4 @@
-"""Reading a Table 3 sweep (transformer_lib.verdicts): Welch's test against the statistic, the
+"""Reading a Table 3 sweep (transformer_lib.book.verdicts): Welch's test against the statistic, the
 Welch-Satterthwaite degrees of freedom and the t distribution written out here; the test's
 false-positive rate on simulated seeds; the verdicts on made-up comparisons; and the reading of
 lines grouped by variant, of the paper's rows and of the side-by-side timing.
@@ -11,9 +11,8 @@ import statistics
 import numpy as np
 import pytest
 
-from transformer_lib.provenance import jsonable
-from transformer_lib.variations import SWEEP_PROFILES
-from transformer_lib.verdicts import (
+from transformer_lib.book.variations import SWEEP_PROFILES
+from transformer_lib.book.verdicts import (
     ALPHA,
     BLEU,
     COUNTERPARTS,
@@ -34,6 +33,7 @@ from transformer_lib.verdicts import (
     updates_to_reach,
     verdict,
 )
+from transformer_lib.provenance import jsonable
 
 # ---------------------------------------------------------------------------------------------
 # Welch's t-test against the formulas

@@ -31,7 +31,7 @@ CACHE = ROOT / "_build" / ".jupyter_cache"  # MyST-NB's default, which _config.y
 STAMP = CACHE / "inputs.sha256"
 # Everything besides its own code that can change what a chapter prints.
 INPUTS = (
-    "transformer_lib/*.py",
+    "transformer_lib/**/*.py",  # the library, and the book's machinery in transformer_lib/book
     "benchmarks/*.py",
     "results/**/*",
     "runs/laptop-de-en/average.pt",  # the walkthrough's model, when the laptop run is here

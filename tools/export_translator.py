@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "_build" / "translator")
     parser.add_argument("--models", type=Path, help="the folder holding the shipped models")
     args = parser.parse_args(argv)
-    from transformer_lib.export import ExportError, export_page_models
+    from transformer_lib.book.translator_page import export_page_models
+    from transformer_lib.export import ExportError
     from transformer_lib.pretrained import ModelNotFoundError, PretrainedError
 
     started = time.perf_counter()

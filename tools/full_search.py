@@ -171,9 +171,9 @@ def recorded(args: argparse.Namespace) -> None:
     ships) on the validation split as the candidates are scored, at each alpha of ``--alphas``:
     the yardstick at the profile's own stopping point. Its lines go to recorded.jsonl beside the
     search's, with a manifest of their own (they are scored on another machine)."""
+    from transformer_lib.book.report import read_report
     from transformer_lib.pretrained import load_pretrained
     from transformer_lib.provenance import environment, write_json
-    from transformer_lib.report import read_report
 
     alphas = [float(alpha) for alpha in args.alphas.split(",")]
     for direction in args.directions:

@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
 
         import torch
 
-        from transformer_lib.report import write_report
+        from transformer_lib.book.report import write_report
 
         entry["report"] = str(args.results)
         entry["wall_s"] = None  # filled in below, once the report is written

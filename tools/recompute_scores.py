@@ -21,10 +21,10 @@ sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed 
 
 def recompute(name: str) -> list[str]:
     """The differences between a shipped model's report and what its weights give now."""
+    from transformer_lib.book.report import hypotheses_name
     from transformer_lib.decoding import SearchConfig
     from transformer_lib.evaluation import evaluate_split
     from transformer_lib.pretrained import load_pretrained, model_folder
-    from transformer_lib.report import hypotheses_name
 
     folder = model_folder(name)
     model, tokenizer = load_pretrained(folder)

@@ -70,8 +70,8 @@ def list_variants(profile, max_steps: int | None) -> None:
     every update filled to its token budget with pairs of 32 tokens a side)."""
     import torch
 
-    from transformer_lib.performance import training_flops
-    from transformer_lib.variations import build_model, sweep_variants
+    from transformer_lib.book.performance import training_flops
+    from transformer_lib.book.variations import build_model, sweep_variants
 
     variants = sweep_variants(profile, profile.vocab_size, max_steps)
     print(f"{'variant':16s} {'row':8s} {'params':>8s} {'TFLOP':>8s}  label")
@@ -90,12 +90,12 @@ def calibrate(args, profile, work: Path) -> int:
     import numpy as np
 
     from transformer_lib.batching import encode_pairs
+    from transformer_lib.book.lengths import pairs_within, trained_lengths
+    from transformer_lib.book.performance import peak_for, training_flops
+    from transformer_lib.book.recurrent import RecurrentConfig
+    from transformer_lib.book.sweep import run_sweep, sweep_tokenizer
+    from transformer_lib.book.variations import sweep_variants
     from transformer_lib.data import load_multi30k
-    from transformer_lib.lengths import pairs_within, trained_lengths
-    from transformer_lib.performance import peak_for, training_flops
-    from transformer_lib.recurrent import RecurrentConfig
-    from transformer_lib.sweep import run_sweep, sweep_tokenizer
-    from transformer_lib.variations import sweep_variants
 
     scratch = work / "calibration"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -156,8 +156,8 @@ def calibrate(args, profile, work: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    from transformer_lib.sweep import run_sweep, sweep_tokenizer
-    from transformer_lib.variations import SWEEP_PROFILES
+    from transformer_lib.book.sweep import run_sweep, sweep_tokenizer
+    from transformer_lib.book.variations import SWEEP_PROFILES
 
     profile = SWEEP_PROFILES[args.profile]
     out = args.out or DEFAULT_OUT[args.profile]
@@ -202,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import json
 
-    from transformer_lib.sweep import MANIFEST_FILE, read_results
-    from transformer_lib.variations import select_variants, sweep_variants
+    from transformer_lib.book.sweep import MANIFEST_FILE, read_results
+    from transformer_lib.book.variations import select_variants, sweep_variants
 
     tokenizer, _ = sweep_tokenizer(profile, work, args.src, args.tgt, data_dir=args.data_dir)
     wanted = select_variants(

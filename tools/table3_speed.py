@@ -83,8 +83,8 @@ class Candidate:
     def __init__(self, variant, device):
         import torch
 
+        from transformer_lib.book.variations import build_model
         from transformer_lib.schedule import make_optimizer
-        from transformer_lib.variations import build_model
 
         self.variant, self.device = variant, device
         torch.manual_seed(variant.training.seed)
@@ -134,10 +134,10 @@ def measure(args, profile) -> dict:
     import torch
 
     from transformer_lib.batching import BatchesByLength, collate, encode_pairs
+    from transformer_lib.book.performance import training_flops
+    from transformer_lib.book.sweep import sweep_tokenizer
+    from transformer_lib.book.variations import select_variants, sweep_variants
     from transformer_lib.data import load_multi30k
-    from transformer_lib.performance import training_flops
-    from transformer_lib.sweep import sweep_tokenizer
-    from transformer_lib.variations import select_variants, sweep_variants
 
     device = torch.device(args.device)
     work = args.work or ROOT / "runs" / f"table3-{args.profile}"
@@ -190,8 +190,8 @@ def measure(args, profile) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from transformer_lib.book.variations import SWEEP_PROFILES, sweep_identity
     from transformer_lib.provenance import environment, jsonable, write_text_atomically
-    from transformer_lib.variations import SWEEP_PROFILES, sweep_identity
 
     profile = SWEEP_PROFILES[args.profile]
     out = args.out or ROOT / "results" / f"table3-{args.profile}-speed"

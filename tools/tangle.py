@@ -1,16 +1,20 @@
 """Tangle the book into the library: copy every exported code cell of book/ into transformer_lib/.
 
 A code cell whose first line is ``#| export: <module>`` is copied, in book order (the order of
-``_toc.yml``), into ``transformer_lib/<module>.py``. Every generated module starts with a header that
-names its chapter(s) and says to edit the book instead; each copied cell is preceded by a marker
-giving the chapter, line and cell it came from.
+``_toc.yml``), into ``transformer_lib/<module>.py``; a dotted name writes into a subpackage, as nbdev
+does (``#| export: book.charts`` writes ``transformer_lib/book/charts.py``). Every generated module
+starts with a header that names its chapter(s) and says to edit the book instead; each copied cell
+is preceded by a marker giving the chapter, line and cell it came from. Every module ends with its
+``__all__``: the names its cells define at top level, less those that begin with an underscore and
+lower-case variables (a ``logger``); functions, classes and upper-case constants are public.
 
 Rules (each is an error with a message that names the place):
 
 * exported cells hold imports, constants, ``def`` and ``class`` only (demonstrations stay in the book);
 * a top-level name defined twice in one module is an error;
 * a file in ``transformer_lib/`` that no chapter generates is an error, except the hand-written
-  package plumbing ``__init__.py`` and ``__main__.py``;
+  package plumbing: each package's ``__init__.py`` (a subpackage the tangle writes into must have
+  one) and ``__main__.py``;
 * ``--check`` regenerates everything in memory and fails, naming the file, when the library on
   disk differs from the book. It reads only the working tree, never git.
 
@@ -33,10 +37,11 @@ import jupytext
 import yaml
 
 PACKAGE = "transformer_lib"
-# Hand-written files that no chapter generates: the package marker and the `python -m` entry point.
-HAND_WRITTEN = frozenset({"__init__.py", "__main__.py"})
+# Hand-written files that no chapter generates: the packages' markers and the `python -m` entry
+# point.
+HAND_WRITTEN_NAMES = frozenset({"__init__.py", "__main__.py"})
 EXPORT_RE = re.compile(r"^#\|\s*export:\s*(?P<module>\S*)\s*$")
-MODULE_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
+MODULE_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")
 # What an exported cell may contain at top level: the reusable part of a chapter, nothing that runs.
 ALLOWED_STATEMENTS = (
     ast.Import,
@@ -64,6 +69,27 @@ class ExportedCell:
     @property
     def origin(self) -> str:
         return f"{self.chapter}:{self.line} (cell {self.index})"
+
+
+def module_file(module: str) -> str:
+    """The file a module name is written to, relative to the package: ``book.charts`` ->
+    ``book/charts.py``."""
+    return module.replace(".", "/") + ".py"
+
+
+def _is_hand_written(rel: str) -> bool:
+    """Whether ``rel`` (relative to the package) is plumbing written by hand: any package's
+    ``__init__.py``, and the top level's ``__main__.py``."""
+    return Path(rel).name == "__init__.py" or rel == "__main__.py"
+
+
+def is_public(name: str, node: ast.stmt) -> bool:
+    """Whether a top-level name goes into the module's ``__all__``: no leading underscore, and no
+    lower-case variable (a ``logger``); a function's or class's name counts whatever its case."""
+    if name.startswith("_"):
+        return False
+    is_definition = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    return is_definition or name != name.lower()
 
 
 def chapters_in_order(root: Path) -> list[Path]:
@@ -129,17 +155,18 @@ def exported_cells(root: Path, chapter: Path) -> list[ExportedCell]:
         if match is None:
             continue
         module = match["module"]
-        if not MODULE_NAME_RE.match(module) or f"{module}.py" in HAND_WRITTEN:
+        if not MODULE_NAME_RE.match(module) or _is_hand_written(module_file(module)):
             raise TangleError(
                 f"{rel}:{line}: {module!r} is not a module the tangle may write; "
-                "use a lower-case Python module name such as 'attention'"
+                "use a lower-case Python module name such as 'attention' or 'book.charts'"
             )
         cells.append(ExportedCell(rel, line + 1, index, module, body.strip("\n")))
     return cells
 
 
-def _check_cell(cell: ExportedCell) -> dict[str, int]:
-    """Parse one exported cell; return the top-level names it defines (name -> line)."""
+def _check_cell(cell: ExportedCell) -> dict[str, tuple[int, bool]]:
+    """Parse one exported cell; return the top-level names it defines (name -> (line, whether the
+    name is public))."""
     try:
         tree = ast.parse(cell.code)
     except SyntaxError as err:
@@ -165,7 +192,7 @@ def _check_cell(cell: ExportedCell) -> dict[str, int]:
         for name in defined:
             if name in names:
                 raise TangleError(f"{cell.origin}: {name!r} is defined twice in the same cell")
-            names[name] = node.lineno
+            names[name] = (node.lineno, is_public(name, node))
     return names
 
 
@@ -187,8 +214,9 @@ def render(root: Path) -> dict[str, str]:
     modules = {}
     for module, cells in by_module.items():
         defined_at: dict[str, str] = {}
+        public: list[str] = []
         for cell in cells:
-            for name, line in _check_cell(cell).items():
+            for name, (line, exported) in _check_cell(cell).items():
                 where = f"{cell.chapter}:{cell.line + line - 1}"
                 if name in defined_at:
                     raise TangleError(
@@ -196,12 +224,23 @@ def render(root: Path) -> dict[str, str]:
                         f"{defined_at[name]}; rename one of them"
                     )
                 defined_at[name] = where
+                if exported:
+                    public.append(name)
         chapters = list(dict.fromkeys(cell.chapter for cell in cells))
         parts = [header(chapters)]
         for cell in cells:
             parts.append(f"\n\n# %% {cell.origin}\n{cell.code}\n")
-        modules[f"{module}.py"] = "".join(parts)
+        parts.append(all_statement(public))
+        modules[module_file(module)] = "".join(parts)
     return modules
+
+
+def all_statement(names: list[str]) -> str:
+    """The module's closing ``__all__``, one name a line (as ruff format writes a long list)."""
+    if not names:
+        return "\n\n__all__: list[str] = []\n"
+    lines = "".join(f'    "{name}",\n' for name in names)
+    return f"\n\n__all__ = [\n{lines}]\n"
 
 
 def orphans(library: Path, generated: dict[str, str]) -> list[str]:
@@ -209,9 +248,19 @@ def orphans(library: Path, generated: dict[str, str]) -> list[str]:
     found = []
     for path in sorted(library.rglob("*.py")):
         rel = path.relative_to(library).as_posix()
-        if rel not in generated and rel not in HAND_WRITTEN:
+        if rel not in generated and not _is_hand_written(rel):
             found.append(f"{PACKAGE}/{rel}")
     return found
+
+
+def packages_without_marker(library: Path, generated: dict[str, str]) -> list[str]:
+    """Subpackages the book writes into that have no hand-written ``__init__.py``."""
+    folders = sorted({Path(name).parent for name in generated} - {Path(".")})
+    return [
+        f"{PACKAGE}/{folder.as_posix()}/ has no __init__.py; write one that says what it holds"
+        for folder in folders
+        if not (library / folder / "__init__.py").is_file()
+    ]
 
 
 def differences(root: Path, generated: dict[str, str]) -> list[str]:
@@ -234,7 +283,7 @@ def tangle(root: Path, check: bool = False) -> list[str]:
     problems = [
         f"{name} is not generated by any chapter; delete it or export it from the book"
         for name in orphans(library, generated)
-    ]
+    ] + packages_without_marker(library, generated)
     if check:
         problems += differences(root, generated)
         if problems:

@@ -115,8 +115,8 @@ class PythonReference:
         encoder-decoder attention of ``layer`` and ``head`` (counted from 0) of each piece."""
         import torch
 
+        from transformer_lib.book.report import token_labels
         from transformer_lib.decoding import beam_search, greedy_search
-        from transformer_lib.report import token_labels
 
         entry = self.index["models"][name]
         tokenizer, graphs = self._load(name, form)

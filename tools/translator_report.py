@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from translator_check import MODELS
 
-    from transformer_lib.export import models_folder
+    from transformer_lib.book.translator_page import models_folder
     from transformer_lib.provenance import environment, write_json
 
     index_path = args.site / MODELS / "translator.json"

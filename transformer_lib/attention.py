@@ -141,3 +141,11 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scale
             )
         return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, L_q, d_model)
+
+
+__all__ = [
+    "padding_mask",
+    "subsequent_mask",
+    "scaled_dot_product_attention",
+    "MultiHeadAttention",
+]

@@ -190,3 +190,13 @@ class BatchesByLength:
         return make_batches(
             self.pairs, self.max_tokens, self.seed, epoch, self.rank, self.world_size
         )
+
+
+__all__ = [
+    "Batch",
+    "collate",
+    "plan_batches",
+    "make_batches",
+    "encode_pairs",
+    "BatchesByLength",
+]

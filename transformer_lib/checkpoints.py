@@ -121,3 +121,14 @@ def check_resumable(
             + "; ".join(changed)
             + "): resume with the same settings, or start a new run in another folder"
         )
+
+
+__all__ = [
+    "CheckpointError",
+    "save_checkpoint",
+    "load_checkpoint",
+    "rng_state",
+    "set_rng_state",
+    "write_checkpoint",
+    "check_resumable",
+]

@@ -416,3 +416,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"BLEU signature: {scores['bleu_signature']}")
     print(f"wrote {out} and {hypotheses_path}")
     return 0
+
+
+__all__ = [
+    "build_parser",
+    "main",
+    "add_train_command",
+    "run_train",
+    "add_average_command",
+    "run_average",
+    "add_translate_command",
+    "run_translate",
+    "add_evaluate_command",
+    "run_evaluate",
+]

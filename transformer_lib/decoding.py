@@ -343,3 +343,17 @@ def translate(
             results[i] = text
     model.train(was_training)
     return results
+
+
+__all__ = [
+    "DecoderState",
+    "greedy_search",
+    "Hypothesis",
+    "length_penalty",
+    "beam_search",
+    "RerunDecoder",
+    "IncrementalDecoder",
+    "SearchConfig",
+    "GREEDY",
+    "translate",
+]

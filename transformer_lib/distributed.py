@@ -58,3 +58,12 @@ def start_from_environment() -> torch.device | None:
         torch.cuda.set_device(device)
     torch.distributed.init_process_group("nccl" if device is not None else "gloo")
     return device
+
+
+__all__ = [
+    "rank_and_world",
+    "all_reduce",
+    "all_gather",
+    "wrap",
+    "start_from_environment",
+]

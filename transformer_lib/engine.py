@@ -392,3 +392,18 @@ def _feed_forward(network, h: Tensor) -> Tensor:
     """FFN(h) = max(0, h W_1 + b_1) W_2 + b_2 (§3.3), the ReLU fused into the first product."""
     hidden = onednn_linear(h, network.linear_1.weight, network.linear_1.bias, relu=True)
     return onednn_linear(hidden, network.linear_2.weight, network.linear_2.bias)
+
+
+__all__ = [
+    "INSTALL",
+    "QUANTIZE",
+    "EngineError",
+    "require_ctranslate2",
+    "vocabulary",
+    "ctranslate2_spec",
+    "convert_to_ctranslate2",
+    "CTranslate2Translator",
+    "ENGINES",
+    "make_translator",
+    "OneDNNDecoder",
+]

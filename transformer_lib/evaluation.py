@@ -188,59 +188,11 @@ def save_evaluation(scores: dict, hypotheses: list[str], path: Path) -> Path:
     return hypotheses_path
 
 
-# %% book/translating.md:375 (cell 17)
-import time
-
-from transformer_lib.decoding import IncrementalDecoder, RerunDecoder, greedy_search
-from transformer_lib.tokenizer import BOS_ID, EOS_ID
-
-
-def pad_sources(tokenizer: BPETokenizer, sentences: Sequence[str], pad_id: int) -> Tensor:
-    """The pieces of each sentence and ``</s>``, padded with ``pad_id``: (N, S) int64."""
-    encoded = [ids + [EOS_ID] for ids in tokenizer.encode_batch(list(sentences))]
-    src = torch.full((len(encoded), max(map(len, encoded))), pad_id, dtype=torch.long)
-    for row, ids in enumerate(encoded):
-        src[row, : len(ids)] = torch.tensor(ids)
-    return src
-
-
-def _best_of(function, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return min(times)
-
-
-@torch.inference_mode()
-def time_generation(model, src: Tensor, lengths: Sequence[int], repeats: int = 3) -> dict:
-    """Seconds, the best of ``repeats``, of a teacher-forced pass over T positions and of
-    generating T tokens with each decoder, for each T of ``lengths``; ``src`` (N, S)."""
-    timings = {"teacher-forced pass": [], "re-running decoder": [], "incremental decoder": []}
-    for length in lengths:
-        tgt = torch.randint(4, model.config.tgt_vocab_size, (len(src), length))
-        cap = torch.full((len(src),), length)
-        timings["teacher-forced pass"].append(_best_of(lambda t=tgt: model(src, t), repeats))
-        for name, state in [
-            ("re-running decoder", RerunDecoder),
-            ("incremental decoder", IncrementalDecoder),
-        ]:
-            # eos_id=-1: no token ends a sentence, so each search makes exactly `length` steps
-            run = lambda s=state, c=cap: greedy_search(s(model, src), BOS_ID, -1, c)  # noqa: E731
-            timings[name].append(_best_of(run, repeats))
-    return timings
-
-
-# %% book/translating.md:424 (cell 19)
-def search_point(
-    model, tokenizer: BPETokenizer, sources: Sequence[str], references: Sequence[str], search
-) -> dict:
-    """Translate ``sources`` with ``search`` (a SearchConfig): BLEU against ``references``,
-    sentences per second, and the mean output length in pieces."""
-    started = time.perf_counter()
-    outputs = translate(model, tokenizer, list(sources), search)
-    seconds = time.perf_counter() - started
-    length = sum(map(len, tokenizer.encode_batch(outputs))) / len(outputs)
-    bleu = corpus_scores(outputs, list(references))["bleu"]
-    return {"bleu": bleu, "per_s": len(outputs) / seconds, "length": length}
+__all__ = [
+    "average_state_dicts",
+    "average_checkpoints",
+    "corpus_scores",
+    "load_translator",
+    "evaluate_split",
+    "save_evaluation",
+]

@@ -5,14 +5,11 @@
 # %% book/export.md:70 (cell 4)
 """Out of PyTorch (Part II): the model as two ONNX graphs, an encoder and a one-step decoder with
 its key/value cache, both returning attention weights; their 8-bit form; a decoder state that
-runs them with onnxruntime under the decoding chapter's searches; the translator page's export."""
+runs them with onnxruntime under the decoding chapter's searches."""
 
 import dataclasses
-import hashlib
-import json
 import logging
 import os
-import shutil
 import tempfile
 import warnings
 from collections import Counter
@@ -116,7 +113,7 @@ class DecoderStepGraph(nn.Module):
         )
 
 
-# %% book/export.md:210 (cell 6)
+# %% book/export.md:207 (cell 6)
 def serving_copy(model: Transformer, served_length: int = SERVED_LENGTH) -> Transformer:
     """A copy of ``model`` in eval mode whose position table has ``served_length`` rows."""
     config = model.config
@@ -206,7 +203,7 @@ def export_graphs(
     return [folder / name for name in GRAPHS]
 
 
-# %% book/export.md:324 (cell 8)
+# %% book/export.md:321 (cell 8)
 def _own_weight_for_each_gemm(graph) -> int:
     """Give each Gemm whose weight another operator reads too a copy of its own (the quantizer
     transposes a Gemm's weight in place); returns how many copies it made."""
@@ -242,7 +239,7 @@ def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None
             quantize_dynamic(untied, target, weight_type=QuantType.QUInt8)
 
 
-# %% book/export.md:370 (cell 10)
+# %% book/export.md:367 (cell 10)
 class OnnxDecoder:
     """A decoder state (see the decoding chapter) that runs the two graphs with onnxruntime.
 
@@ -305,116 +302,18 @@ class OnnxGraphs:
         return OnnxDecoder(self, src)
 
 
-# %% book/export.md:447 (cell 12)
-from transformer_lib.pretrained import evaluated_alpha, load_pretrained, verify_model_folder
-from transformer_lib.provenance import write_json
-from transformer_lib.tokenizer import BOS_ID, EOS_ID
-
-PAGE_MODELS = ("multi30k-de-en-laptop", "multi30k-en-de-laptop")  # the translator page's
-MODELS_ENV = "TRANSFORMER_LIB_MODELS"  # where the shipped models are read from; results/ if unset
-GRAPH_SOURCES = ("attention.py", "model.py", "export.py")  # a change in one exports them again
-
-
-def models_folder() -> Path:
-    """The folder that holds the shipped models: ``$TRANSFORMER_LIB_MODELS``, else results/."""
-    from transformer_lib.pretrained import RESULTS
-
-    return Path(os.environ.get(MODELS_ENV) or RESULTS)
-
-
-def _tool_versions() -> dict:
-    import onnx
-    import onnxruntime
-    import onnxscript
-
-    return {
-        "torch": torch.__version__,
-        "onnx": onnx.__version__,
-        "onnxscript": onnxscript.__version__,
-        "onnxruntime": onnxruntime.__version__,
-    }
-
-
-def export_key(model_sha256: dict, served_length: int) -> str:
-    """The identity of an export: the model's files, the code, the tools and the served length."""
-    digest = hashlib.sha256(json.dumps([model_sha256, served_length, _tool_versions()]).encode())
-    for name in GRAPH_SOURCES:
-        lines = (Path(__file__).parent / name).read_bytes().splitlines(keepends=True)
-        # The tangle's markers move when the prose around a cell does; the code does not.
-        digest.update(b"".join(line for line in lines if not line.startswith(b"# %% ")))
-    return digest.hexdigest()
-
-
-def export_model_folder(
-    folder: str | os.PathLike, out: str | os.PathLike, served_length: int = SERVED_LENGTH
-) -> dict:
-    """Export a model folder (as ``save_pretrained`` writes it) into ``out``: ``float32/`` and
-    ``8bit/`` with both graphs each, ``tokenizer.json``, and ``export.json``, which is returned.
-    Nothing is written when ``export.json`` already records the same key."""
-    folder, out = Path(folder), Path(out)
-    config = verify_model_folder(folder)  # every file checked against the manifest
-    sha256 = json.loads((folder / "manifest.json").read_text())["shipped_model"]["sha256"]
-    key = export_key(sha256, served_length)
-    if (out / "export.json").is_file():
-        recorded = json.loads((out / "export.json").read_text())
-        if recorded.get("key") == key:
-            return recorded
-    model, _ = load_pretrained(folder)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:  # written aside, then moved in whole: an interrupted export leaves no half folder
-        export_graphs(model, staging / "float32", served_length)
-        (staging / "8bit").mkdir()
-        for name in GRAPHS:
-            quantize_graph(staging / "float32" / name, staging / "8bit" / name)
-        shutil.copyfile(folder / "tokenizer.json", staging / "tokenizer.json")
-        c = model.config
-        files = [f"{form}/{name}" for form in FORMS for name in GRAPHS] + ["tokenizer.json"]
-        description = {
-            "key": key,
-            "model": folder.name,
-            "src": config.get("run", {}).get("src"),
-            "tgt": config.get("run", {}).get("tgt"),
-            "served_length": served_length,
-            **{name: getattr(c, name) for name in ("n_layers", "n_heads", "d_k", "d_v")},
-            "vocab_size": c.tgt_vocab_size,
-            "pad_id": c.pad_id,
-            "bos_id": BOS_ID,
-            "eos_id": EOS_ID,
-            "alpha": evaluated_alpha(folder),  # the page's beam searches as the report did
-            "bytes": {name: (staging / name).stat().st_size for name in files},
-            "model_sha256": sha256,
-            "versions": _tool_versions(),
-        }
-        write_json(staging / "export.json", description)
-        shutil.rmtree(out, ignore_errors=True)
-        staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return description
-
-
-def export_page_models(
-    out: str | os.PathLike,
-    models: str | os.PathLike | None = None,
-    names=PAGE_MODELS,
-    served_length: int = SERVED_LENGTH,
-) -> dict:
-    """Export each model the page offers from ``models`` (default :func:`models_folder`) into
-    ``out/<name>/`` and write ``out/translator.json``, the page's index of them (returned)."""
-    models = Path(models) if models is not None else models_folder()
-    missing = [name for name in names if not (models / name / "model.safetensors").is_file()]
-    if missing:
-        raise ExportError(
-            f"{models} holds no model {', '.join(missing)}: the translator page exports the "
-            f"shipped models; set {MODELS_ENV} to a folder that holds them"
-        )
-    index = {
-        "served_length": served_length,
-        "models": {
-            name: export_model_folder(models / name, Path(out) / name, served_length)
-            for name in names
-        },
-    }
-    write_json(Path(out) / "translator.json", index)
-    return index
+__all__ = [
+    "SERVED_LENGTH",
+    "FORMS",
+    "GRAPHS",
+    "ENCODER_OUTPUTS",
+    "DECODER_OUTPUTS",
+    "ExportError",
+    "EncoderGraph",
+    "DecoderStepGraph",
+    "serving_copy",
+    "export_graphs",
+    "quantize_graph",
+    "OnnxDecoder",
+    "OnnxGraphs",
+]

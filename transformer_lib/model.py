@@ -324,3 +324,18 @@ def _check_config(c: "TransformerConfig") -> None:
         raise ValueError(f"dropout must be in [0, 1), got {c.dropout}")
     if not 0 <= c.pad_id < min(c.src_vocab_size, c.tgt_vocab_size):
         raise ValueError(f"pad_id {c.pad_id} is not an id of both vocabularies")
+
+
+__all__ = [
+    "TransformerConfig",
+    "PositionwiseFeedForward",
+    "Embeddings",
+    "sinusoidal_encoding",
+    "PositionalEncoding",
+    "EncoderLayer",
+    "DecoderLayer",
+    "Encoder",
+    "Decoder",
+    "Transformer",
+    "POSITIONAL",
+]

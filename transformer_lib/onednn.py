@@ -87,3 +87,12 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
             "'onednn', which computes a CPU's products"
         )
     return OneDNNProducts()
+
+
+__all__ = [
+    "OneDNNError",
+    "require_onednn",
+    "onednn_linear",
+    "OneDNNProducts",
+    "onednn_products",
+]

@@ -141,3 +141,17 @@ def library_versions() -> dict:
 def environment(device) -> dict:
     """Everything a manifest says about where a result was made: code, machine, versions."""
     return {**git_commit(), "device": device_name(device), "versions": library_versions()}
+
+
+__all__ = [
+    "COMMIT_ENV",
+    "atomic_file",
+    "write_text_atomically",
+    "write_json",
+    "jsonable",
+    "git_commit",
+    "cpu_name",
+    "device_name",
+    "library_versions",
+    "environment",
+]

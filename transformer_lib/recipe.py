@@ -273,9 +273,10 @@ def train_translation(
 
 # %% book/runs.md:560 (cell 16)
 def library_hash() -> str:
-    """A hash of every module of this package: the identity of the code that trains a run.
+    """A hash of every module of the library: the identity of the code that trains a run.
 
-    The tangle's markers (``# %% book/<chapter>.md:<line>``) are left out: they move when the prose
+    The book's machinery (``transformer_lib.book``: charts, tables, reports) is left out, since the
+    library never imports it: editing a chart must not retrain a cached run. The tangle's markers (``# %% book/<chapter>.md:<line>``) are left out: they move when the prose
     around a cell changes, which changes no behaviour and must not retrain a cached run.
     """
     import transformer_lib  # the installed package (in the book's own cells too)
@@ -338,3 +339,17 @@ def _exclusive(path: Path) -> Iterator[None]:
     with open(path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+__all__ = [
+    "RecipeError",
+    "Profile",
+    "PROFILES",
+    "profile_alpha",
+    "greedy_bleu",
+    "ParallelCorpus",
+    "train_translation",
+    "library_hash",
+    "default_runs_dir",
+    "cached_run",
+]

@@ -52,3 +52,10 @@ def make_optimizer(
         ),
     )
     return optimizer, scheduler
+
+
+__all__ = [
+    "rate",
+    "cooldown",
+    "make_optimizer",
+]

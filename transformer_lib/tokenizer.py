@@ -138,3 +138,15 @@ class BPETokenizer:
         texts = self.tokenizer.decode_batch(kept, skip_special_tokens=True)
         # Remove the space that encoding put in front of the first word.
         return [text[1:] if text.startswith(" ") else text for text in texts]
+
+
+__all__ = [
+    "PAD_ID",
+    "BOS_ID",
+    "EOS_ID",
+    "UNK_ID",
+    "SPECIAL_TOKENS",
+    "VOCAB_SIZE",
+    "learn_bpe",
+    "BPETokenizer",
+]

@@ -400,15 +400,13 @@ def train(
     }
 
 
-# %% book/training_loop.md:350 (cell 5)
-import tempfile
-
-
-def train_without_files(
-    model: nn.Module, batches: Callable[[int], Sequence], config: TrainingConfig, **options
-) -> dict:
-    """``train`` in a temporary folder, deleted afterwards: for a toy run whose metrics and
-    checkpoints nobody reads. ``options`` are train's keyword arguments (``d_model`` and
-    ``pad_id`` among them); returns its summary."""
-    with tempfile.TemporaryDirectory(prefix="run-") as folder:
-        return train(model, batches, config, Path(folder), progress=False, **options)
+__all__ = [
+    "smoothed_targets",
+    "label_smoothed_loss",
+    "TrainingConfig",
+    "RESUMABLE_CHANGES",
+    "update_step",
+    "evaluate_loss",
+    "resumable_changes",
+    "train",
+]

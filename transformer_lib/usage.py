@@ -23,7 +23,7 @@ LIBRARY_ERRORS = {
     "transformer_lib.data": ("DataError", "DataNotFoundError"),
     "transformer_lib.checkpoints": ("CheckpointError",),
     "transformer_lib.recipe": ("RecipeError",),
-    "transformer_lib.report": ("ReportError",),
+    "transformer_lib.book.report": ("ReportError",),
     "transformer_lib.pretrained": ("PretrainedError", "ModelNotFoundError"),
     "transformer_lib.engine": ("EngineError",),
     "transformer_lib.onednn": ("OneDNNError",),
@@ -77,3 +77,14 @@ def holds_a_line(path: Path) -> bool:
         except (EOFError, gzip.BadGzipFile, zlib.error):
             return True  # damaged: reading it reports that, as a DataError that names the file
     return head != b""
+
+
+__all__ = [
+    "UsageError",
+    "LIBRARY_ERRORS",
+    "is_user_error",
+    "error_message",
+    "check_data_dir",
+    "check_out_folder",
+    "holds_a_line",
+]

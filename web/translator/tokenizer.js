@@ -40,7 +40,7 @@ export class PieceTokenizer {
 
   /**
    * A readable label for each id, as the recorded runs label attention maps
-   * (transformer_lib.report.token_labels): the piece's text without the space that marks a word
+   * (transformer_lib.book.report.token_labels): the piece's text without the space that marks a word
    * start, special tokens by name, "␣" for a piece that is only a space.
    * @returns {string[]}
    */

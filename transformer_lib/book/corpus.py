@@ -72,3 +72,11 @@ def fill_in_order(order: Sequence[int], lengths: Sequence[tuple[int, int]], max_
             current, width = [], max(lengths[i])
         current.append(i)
     return batches + [current]
+
+
+__all__ = [
+    "oov_rates",
+    "vocabulary_sweep",
+    "padding_fraction",
+    "fill_in_order",
+]

@@ -413,3 +413,25 @@ def draw_learning_curves(metrics: dict) -> None:
         lr_ax.set(ylabel="learning rate", xlabel="update")
     plt.tight_layout()
     plt.show()
+
+
+__all__ = [
+    "draw_masks",
+    "draw_score_scaling",
+    "draw_weights",
+    "draw_curves",
+    "draw_training_log",
+    "draw_operation_counts",
+    "draw_path_lengths",
+    "draw_positional_encoding",
+    "draw_vocabulary_sweep",
+    "draw_unknown_rates",
+    "draw_length_histograms",
+    "draw_padding",
+    "draw_runs_side_by_side",
+    "draw_search_sweep",
+    "draw_route",
+    "draw_bars",
+    "draw_bleu_against_minutes",
+    "draw_learning_curves",
+]

@@ -18,7 +18,7 @@ from transformer_lib.attention import (
     scaled_dot_product_attention,
     subsequent_mask,
 )
-from transformer_lib.diagrams import figure_2
+from transformer_lib.book.diagrams import figure_2
 
 SVG = "{http://www.w3.org/2000/svg}"  # the namespace of the figures' elements
 
@@ -157,7 +157,7 @@ def big_figure_2() -> str:
 
 
 # %% book/solutions.md:246 (cell 16)
-from transformer_lib.diagrams import figure_1
+from transformer_lib.book.diagrams import figure_1
 from transformer_lib.model import DecoderLayer, EncoderLayer, Transformer, TransformerConfig
 
 
@@ -218,7 +218,7 @@ def relative_positions_further(shift_matrix) -> str:
 
 
 # %% book/solutions.md:330 (cell 22)
-from transformer_lib.references import embedded, torch_masks, transformer_into_torch
+from transformer_lib.book.references import embedded, torch_masks, transformer_into_torch
 
 
 def transformer_into_torch_pre_ln(ours: Transformer) -> nn.Transformer:
@@ -249,3 +249,22 @@ def pre_ln_against_torch() -> str:
         assert difference < 1e-10 if agrees else difference > 1e-3
         lines.append(f"{copy_of.__name__}: largest difference {difference:.1e}")
     return "\n".join(lines)
+
+
+__all__ = [
+    "SVG",
+    "smallest_depth",
+    "dilated_of_other_widths",
+    "where_attention_stops_being_cheaper",
+    "additive_attention",
+    "additive_attention_checked",
+    "masks_hide_what_they_should",
+    "one_head_at_a_time",
+    "big_figure_2",
+    "big_pre_ln_figure_1",
+    "layer_parameters_by_hand",
+    "layer_parameters_checked",
+    "relative_positions_further",
+    "transformer_into_torch_pre_ln",
+    "pre_ln_against_torch",
+]

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
+from transformer_lib.book.recurrent import RecurrentConfig, RecurrentTranslator
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.provenance import jsonable
-from transformer_lib.recurrent import RecurrentConfig, RecurrentTranslator
 from transformer_lib.tokenizer import PAD_ID
 from transformer_lib.training import TrainingConfig
 
@@ -294,3 +294,19 @@ SWEEP_PROFILES = {
         translate_batch=128,
     ),
 }
+
+
+__all__ = [
+    "SweepError",
+    "Variant",
+    "SweepProfile",
+    "build_model",
+    "recurrent_parameters",
+    "matching_recurrent",
+    "IDENTITY_FIELDS",
+    "sweep_identity",
+    "select_variants",
+    "sweep_variants",
+    "replicas",
+    "SWEEP_PROFILES",
+]

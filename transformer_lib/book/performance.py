@@ -9,8 +9,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from transformer_lib.book.recurrent import RecurrentConfig
 from transformer_lib.model import TransformerConfig
-from transformer_lib.recurrent import RecurrentConfig
 
 
 def _transformer_pair(config: TransformerConfig, s: int, t: int) -> int:
@@ -107,3 +107,12 @@ PEAKS = (  # the first match wins: "H100 PCIe" must come before "H100"
 def peak_for(device_name: str) -> Peak | None:
     """The peak of the device called ``device_name`` (e.g. "NVIDIA H100 80GB HBM3"), or None."""
     return next((peak for peak in PEAKS if peak.name in device_name), None)
+
+
+__all__ = [
+    "forward_flops",
+    "training_flops",
+    "Peak",
+    "PEAKS",
+    "peak_for",
+]

@@ -11,14 +11,15 @@ from pathlib import Path
 import torch
 
 from transformer_lib.batching import collate
+from transformer_lib.book.timing import pad_sources
 from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.decoding import IncrementalDecoder, SearchConfig, beam_search, length_penalty
-from transformer_lib.evaluation import average_checkpoints, pad_sources
+from transformer_lib.evaluation import average_checkpoints
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 
 
-# %% book/solutions.md:689 (cell 50)
+# %% book/solutions.md:690 (cell 50)
 class RandomTree:
     """A DecoderState for one sentence whose logits after a prefix are random, but always the
     same for the same prefix (Python hashes a tuple of ints the same way on every run)."""
@@ -75,7 +76,7 @@ def beam_against_exhaustive(limit: int = 4, vocab_size: int = 5) -> str:
     return f"{len(ranked)} possible outputs; misses in 20 searches, by beam size: {misses}"
 
 
-# %% book/solutions.md:755 (cell 52)
+# %% book/solutions.md:756 (cell 52)
 def what_alpha_changes(model, tokenizer, sentences: list[str]) -> str:
     """Decoding, exercise 2: the outputs that α = 1 changes against α = 0 are all longer."""
     src = pad_sources(tokenizer, sentences, model.config.pad_id)  # (N, S)
@@ -91,7 +92,7 @@ def what_alpha_changes(model, tokenizer, sentences: list[str]) -> str:
     return f"α = 1 changes {len(changed)} of {len(sentences)} outputs; lengths {lengths}"
 
 
-# %% book/solutions.md:780 (cell 54)
+# %% book/solutions.md:781 (cell 54)
 def hand_average(states: list[dict]) -> dict:
     """The mean of state dicts, summed and divided in the weights' own dtype (float32)."""
     return {key: sum(state[key] for state in states) / len(states) for key in states[0]}
@@ -130,12 +131,12 @@ def averaging_by_hand(checkpoints: list[Path], pairs: list[tuple[str, str]]) -> 
     )
 
 
-# %% book/solutions.md:822 (cell 56)
+# %% book/solutions.md:823 (cell 56)
 from transformer_lib.decoding import GREEDY, greedy_search, translate
 from transformer_lib.inspection import attention_maps
 
 
-# %% book/solutions.md:833 (cell 58)
+# %% book/solutions.md:834 (cell 58)
 def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
     """The walkthrough, exercise 1: the second test sentence of 8 to 14 words, through the
     chapter's ``greedy_steps`` and ``beam_steps``, checked against translate."""
@@ -151,7 +152,7 @@ def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
     return f"{other}\npieces:{pieces}\ngreedy: {outputs[0]}\nbeam 4: {outputs[1]}"
 
 
-# %% book/solutions.md:856 (cell 60)
+# %% book/solutions.md:857 (cell 60)
 def alpha_in_the_loop(model, tokenizer, sentence: str, src, beam_steps) -> str:
     """The walkthrough, exercise 2: the chapter's ``beam_steps`` at α = 0, 0.6 and 1.5."""
     runs, lines = {}, []
@@ -167,7 +168,7 @@ def alpha_in_the_loop(model, tokenizer, sentence: str, src, beam_steps) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:879 (cell 62)
+# %% book/solutions.md:880 (cell 62)
 def where_greedy_and_beam_part(model, src, greedy_ids, best_tokens, greedy_table, piece) -> str:
     """The walkthrough, exercise 3: the first output position where the two searches differ."""
     limit = torch.tensor([min(src.shape[1] + 50, model.config.max_len)])
@@ -188,7 +189,7 @@ def where_greedy_and_beam_part(model, src, greedy_ids, best_tokens, greedy_table
     )
 
 
-# %% book/solutions.md:907 (cell 64)
+# %% book/solutions.md:908 (cell 64)
 def mean_entropy(weights: torch.Tensor) -> torch.Tensor:
     """(..., L_q, L_k) weights -> (...,) the entropy of a row in nats, averaged over the rows."""
     return torch.distributions.Categorical(probs=weights).entropy().mean(-1)
@@ -212,14 +213,14 @@ def attention_entropy_by_layer(model, src, greedy_ids, weights, entropy) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:934 (cell 66)
+# %% book/solutions.md:935 (cell 66)
 import numpy as np
 import sacrebleu
 
+from transformer_lib.book.report import last_checkpoints
 from transformer_lib.data import load_multi30k
 from transformer_lib.evaluation import load_translator
 from transformer_lib.recipe import cached_run
-from transformer_lib.report import last_checkpoints
 
 
 def _references(report: dict, split: str) -> list[str]:
@@ -228,7 +229,7 @@ def _references(report: dict, split: str) -> list[str]:
     return [tgt for _, tgt in load_multi30k(split, bleu["src"], bleu["tgt"])][: entry["sentences"]]
 
 
-# %% book/solutions.md:956 (cell 68)
+# %% book/solutions.md:957 (cell 68)
 def every_score_recomputed(reports: dict) -> str:
     """The real run, exercise 1: chrF and lowercased BLEU of every report, recomputed."""
     for report in reports.values():
@@ -242,7 +243,7 @@ def every_score_recomputed(reports: dict) -> str:
     return "chrF and lowercased BLEU agree with sacreBLEU for every run and test set"
 
 
-# %% book/solutions.md:977 (cell 70)
+# %% book/solutions.md:978 (cell 70)
 def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     """The real run, exercise 2: the 95% half-width of BLEU by the bootstrap, against sacreBLEU."""
     entry, metric = report["bleu"]["splits"][split], sacrebleu.BLEU()
@@ -267,7 +268,7 @@ def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     return f"BLEU {entry['bleu']:.1f} ± {ours:.2f} (our bootstrap), ± {theirs:.2f} (sacreBLEU's)"
 
 
-# %% book/solutions.md:1010 (cell 72)
+# %% book/solutions.md:1011 (cell 72)
 def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
     """The real run, exercise 3: length ratio, brevity penalty and BLEU of the averaged ci
     model (German to English) at α = 0, 0.6 and 1.2; ``folder`` receives the average."""
@@ -286,3 +287,21 @@ def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
         )
     assert lengths == sorted(lengths), lengths  # more α, never shorter in total
     return "\n".join(lines)
+
+
+__all__ = [
+    "RandomTree",
+    "exhaustive",
+    "beam_against_exhaustive",
+    "what_alpha_changes",
+    "hand_average",
+    "averaging_by_hand",
+    "another_sentence",
+    "alpha_in_the_loop",
+    "where_greedy_and_beam_part",
+    "mean_entropy",
+    "attention_entropy_by_layer",
+    "every_score_recomputed",
+    "bootstrap_bleu",
+    "what_alpha_buys",
+]

@@ -18,17 +18,15 @@ from pathlib import Path
 import torch
 
 from transformer_lib.batching import BatchesByLength, encode_pairs, make_batches
-from transformer_lib.checkpoints import CheckpointError
-from transformer_lib.data import load_multi30k
-from transformer_lib.decoding import IncrementalDecoder, SearchConfig, translate
-from transformer_lib.evaluation import corpus_scores
-from transformer_lib.lengths import bucket_scores, length_buckets, pairs_within, trained_lengths
-from transformer_lib.performance import training_flops
-from transformer_lib.provenance import device_name, environment, jsonable, write_text_atomically
-from transformer_lib.recurrent import RecurrentConfig, RecurrentDecoder
-from transformer_lib.tokenizer import BPETokenizer
-from transformer_lib.training import evaluate_loss, train
-from transformer_lib.variations import (
+from transformer_lib.book.lengths import (
+    bucket_scores,
+    length_buckets,
+    pairs_within,
+    trained_lengths,
+)
+from transformer_lib.book.performance import training_flops
+from transformer_lib.book.recurrent import RecurrentConfig, RecurrentDecoder
+from transformer_lib.book.variations import (
     SweepError,
     SweepProfile,
     Variant,
@@ -37,6 +35,13 @@ from transformer_lib.variations import (
     sweep_identity,
     sweep_variants,
 )
+from transformer_lib.checkpoints import CheckpointError
+from transformer_lib.data import load_multi30k
+from transformer_lib.decoding import IncrementalDecoder, SearchConfig, translate
+from transformer_lib.evaluation import corpus_scores
+from transformer_lib.provenance import device_name, environment, jsonable, write_text_atomically
+from transformer_lib.tokenizer import BPETokenizer
+from transformer_lib.training import evaluate_loss, train
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +116,7 @@ def sweep_tokenizer(
     return tokenizer, path
 
 
-# %% book/sweep.md:785 (cell 26)
+# %% book/sweep.md:790 (cell 26)
 def _train_variant(variant: Variant, pairs, valid_batches, run_dir: Path, device, progress):
     """Train one variant in ``run_dir``, continuing from its last checkpoint when there is one."""
     t = variant.training
@@ -222,7 +227,7 @@ def run_variant(
     return record
 
 
-# %% book/sweep.md:904 (cell 28)
+# %% book/sweep.md:909 (cell 28)
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -383,3 +388,17 @@ def run_sweep(
     invocation["wall_s"] = round(time.perf_counter() - started, 3)
     write_text_atomically(manifest_path, json.dumps(manifest, indent=2) + "\n")
     return written
+
+
+__all__ = [
+    "RESULTS_FILE",
+    "HYPOTHESES_FOLDER",
+    "BUCKETS_FILE",
+    "RUN_ORDER",
+    "run_order",
+    "MANIFEST_FILE",
+    "read_results",
+    "sweep_tokenizer",
+    "run_variant",
+    "run_sweep",
+]

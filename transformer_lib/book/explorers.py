@@ -214,3 +214,11 @@ def run_attention_chart(attention_by_run: dict):
         .properties(width="container", height=420)  # as wide as the page's column
         .add_params(run, sentence, kind, layer, head)
     )
+
+
+__all__ = [
+    "KIND_NAMES",
+    "attention_explorer",
+    "unique",
+    "run_attention_chart",
+]
