@@ -1,13 +1,52 @@
 """transformer_lib: the Transformer of "Attention Is All You Need", generated from the book.
 
 Every module of this package except this file and ``__main__.py`` is written by ``tools/tangle.py``
-from the exported cells of the chapters in ``book/``; edit the book, not the modules. Importing the
-package is cheap: it imports nothing heavy, so ``python -m transformer_lib --help`` answers at once.
+from the exported cells of the chapters in ``book/``; edit the book, not the modules.
+
+The names a user needs are here at the top::
+
+    from transformer_lib import Transformer, TransformerConfig, load_pretrained, translate
+
+Each is imported from its module on first use, so importing the package stays cheap (no torch):
+``python -m transformer_lib --help`` answers at once. The subpackage ``transformer_lib.book`` is
+the book's own machinery (figures, tables, the exercises' solutions), not part of this surface.
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 
-__all__ = ["load_pretrained"]
+# Public name -> the module that defines it. The API reference page documents the same names.
+_PUBLIC = {
+    # the model (Figure 1) and its parts (Figure 2)
+    "Transformer": "model",
+    "TransformerConfig": "model",
+    "MultiHeadAttention": "attention",
+    "scaled_dot_product_attention": "attention",
+    "padding_mask": "attention",
+    "subsequent_mask": "attention",
+    # data and the shared vocabulary
+    "load_multi30k": "data",
+    "BPETokenizer": "tokenizer",
+    "make_batches": "batching",
+    # training
+    "TrainingConfig": "training",
+    "train": "training",
+    "train_translation": "recipe",
+    "load_checkpoint": "checkpoints",
+    # decoding and evaluation
+    "SearchConfig": "decoding",
+    "translate": "decoding",
+    "greedy_search": "decoding",
+    "beam_search": "decoding",
+    "average_checkpoints": "evaluation",
+    "corpus_scores": "evaluation",
+    "evaluate_split": "evaluation",
+    # the shipped models
+    "load_pretrained": "pretrained",
+    "save_pretrained": "pretrained",
+}
+
+__all__ = sorted(_PUBLIC)
 
 try:
     __version__ = version("transformer_lib")
@@ -16,10 +55,13 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 
 
 def __getattr__(name: str):
-    """``transformer_lib.load_pretrained``, imported on first use so that importing the package
-    stays cheap."""
-    if name == "load_pretrained":
-        from transformer_lib.pretrained import load_pretrained
-
-        return load_pretrained
+    """A public name, imported from its module on first use (PEP 562)."""
+    if name in _PUBLIC:
+        value = getattr(import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+        globals()[name] = value  # found directly from now on
+        return value
     raise AttributeError(f"module 'transformer_lib' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

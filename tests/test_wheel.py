@@ -1,0 +1,99 @@
+"""Installed like a library: a wheel built from the repository works in a fresh virtual environment
+outside the clone.
+
+The wheel is built from a copy of the package's files (so the build leaves nothing in the clone)
+and installed without its dependencies into a new virtual environment in a temporary folder. The
+dependencies (torch, tokenizers, ...) are read from the environment running the tests through a
+path file, which adds their folder to ``sys.path`` but, unlike a site folder, runs none of its own
+path files: the clone's editable install stays invisible, so ``transformer_lib`` can only come from
+the wheel. Every command then runs in an empty folder outside the clone.
+"""
+
+import shutil
+import site
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "results" / "multi30k-de-en-laptop"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The python of a fresh virtual environment holding the wheel of this repository."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "transformer_lib", source / "transformer_lib", ignore=ignore)
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*build, "-w", str(work / "dist"), str(source)], check=True, cwd=work)
+    (wheel,) = (work / "dist").glob("transformer_lib-*.whl")
+
+    env_dir = work / "env"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    env_site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    (env_site / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile"]
+    subprocess.run([*install, "--target", str(env_site), str(wheel)], check=True, cwd=work)
+    return python
+
+
+def run_outside(python: Path, tmp_path: Path, *args: str, stdin: str = "") -> str:
+    """Run the environment's python in an empty folder outside the clone; return its stdout."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir(exist_ok=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [str(python), *args], input=stdin, capture_output=True, text=True, cwd=outside, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_the_package_imports_from_the_wheel(installed, tmp_path):
+    code = "import transformer_lib, sys; print(transformer_lib.__file__); print(sys.version)"
+    where = run_outside(installed, tmp_path, "-c", code).splitlines()[0]
+    assert Path(where).is_relative_to(installed.parent.parent), where
+    assert not Path(where).is_relative_to(ROOT)
+
+
+@pytest.mark.slow
+def test_the_public_names_and_the_book_machinery_come_with_it(installed, tmp_path):
+    code = (
+        "import transformer_lib as t\n"
+        "from transformer_lib import Transformer, TransformerConfig, load_pretrained, translate\n"
+        "import transformer_lib.book.charts\n"
+        "print(len(t.__all__), Transformer.__module__)"
+    )
+    out = run_outside(installed, tmp_path, "-c", code).split()
+    assert out[1] == "transformer_lib.model" and int(out[0]) >= 8
+
+
+@pytest.mark.slow
+def test_the_command_line_answers_from_the_wheel(installed, tmp_path):
+    out = run_outside(installed, tmp_path, "-m", "transformer_lib", "--help")
+    assert "translate" in out and "train" in out
+
+
+@pytest.mark.slow
+def test_a_model_folder_translates_from_the_wheel(installed, tmp_path):
+    """The shipped German→English model, read from its folder by the installed command."""
+    command = ["-m", "transformer_lib", "translate", "--model", str(SHIPPED), "--beam", "1"]
+    out = run_outside(installed, tmp_path, *command, stdin="Ein Hund läuft im Park.\n")
+    assert len(out.splitlines()) == 1 and out.strip(), out
