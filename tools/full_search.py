@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 sys.path.insert(0, str(ROOT / "tools"))  # its neighbours, when imported rather than run
 
 from search_common import (  # noqa: E402 (after the path)

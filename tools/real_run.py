@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 
 RESERVED = "multi30k-"  # results/multi30k-*: complete runs of a recorded profile only
 RECORDED = ("laptop", "full")  # the profiles whose complete runs the chapter shows

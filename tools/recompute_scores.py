@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the library of this checkout, not an installed copy
 
 
 def recompute(name: str) -> list[str]:

@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this tree's library, wherever the command is started from
 DEFAULT_OUT = {
     "full": ROOT / "results" / "table3",
     "cpu": ROOT / "results" / "table3-cpu",

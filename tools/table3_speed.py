@@ -29,7 +29,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this tree's library, wherever the command is started from
 RESULT_FILE = "speed.json"
 
 
