@@ -1,6 +1,6 @@
 """Sphinx extension for the book's website: pages that work offline, and notebooks that run anywhere.
 
-Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does six things:
+Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does these things:
 
 * **Vega offline.** Altair's HTML output loads vega, vega-lite and vega-embed from a CDN unless
   the page already has them: it skips a library when the global ``VEGA_DEBUG`` says that version
@@ -26,6 +26,10 @@ Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does six things
   copied into ``_static/translator/``. The page that holds the translator gets its module and
   stylesheet, and the index of the models (what each file weighs) written into the page, so that
   the page can say how much it will download before it downloads anything.
+* **The shipped models, for installed packages.** Each model that ``transformer_lib`` knows by
+  name (``transformer_lib.pretrained.SHIPPED_SHA256``) is published at ``models/<name>/`` of the
+  site, copied from ``results/`` (or ``$TRANSFORMER_LIB_MODELS``): a package installed from a
+  wheel downloads it from there and checks every file against the hashes it ships.
 * **Code that fits.** A stylesheet narrows the "On this page" column and the code font a little,
   so that a line of code of 100 characters fits the text column at a laptop's width; long output
   lines wrap there, and tables take a smaller font on a phone.
@@ -357,7 +361,40 @@ def on_build_finished(app: Sphinx, exception) -> None:
         for name, text in binder_environment(app).items():
             (outdir / name).parent.mkdir(parents=True, exist_ok=True)
             (outdir / name).write_text(text, encoding="utf-8")
+    publish_models(app, outdir)
     (outdir / ".nojekyll").touch()  # GitHub Pages must serve _static/ and _sources/ as they are
+
+
+# ---------------------------------------------------------------------------------------------
+# The shipped models, published for installed packages
+# ---------------------------------------------------------------------------------------------
+MODELS_DIR = "models"  # at the site's root: models/<name>/<file>, where transformer_lib looks
+
+
+def published_model_files(models: Path, outdir: Path) -> dict:
+    """Every shipped model's file the site serves (target under ``outdir`` -> source in
+    ``models``), and the models missing from ``models`` (one sentence each)."""
+    from transformer_lib.pretrained import DOWNLOADED_FILES, SHIPPED_SHA256
+
+    files, problems = {}, []
+    for name in SHIPPED_SHA256:
+        sources = [models / name / file for file in ("manifest.json", *DOWNLOADED_FILES)]
+        if not all(source.is_file() for source in sources):
+            problems.append(f"{models / name} lacks some of the files of the model {name}")
+            continue
+        files.update({outdir / MODELS_DIR / name / source.name: source for source in sources})
+    return {"files": files, "problems": problems}
+
+
+def publish_models(app: Sphinx, outdir: Path) -> None:
+    """Copy the shipped models into ``models/`` of the built site (see the docstring)."""
+    root = Path(app.confdir)
+    models = Path(os.environ.get("TRANSFORMER_LIB_MODELS") or root / "results")
+    found = published_model_files(models, outdir)
+    for problem in found["problems"]:
+        LOGGER.warning(f"[book_site] an installed package cannot download it: {problem}")
+    _synchronise(found["files"], outdir / MODELS_DIR)
+    LOGGER.info(f"[book_site] {len(found['files'])} files of the shipped models published")
 
 
 def use_repository_from_environment(app: Sphinx, config) -> None:

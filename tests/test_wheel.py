@@ -17,6 +17,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from test_model_download import make_site, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "multi30k-de-en-laptop"
@@ -53,11 +54,11 @@ def installed(tmp_path_factory) -> Path:
     return python
 
 
-def run_outside(python: Path, tmp_path: Path, *args: str, stdin: str = "") -> str:
+def run_outside(python: Path, tmp_path: Path, *args: str, stdin: str = "", **env: str) -> str:
     """Run the environment's python in an empty folder outside the clone; return its stdout."""
     outside = tmp_path / "elsewhere"
     outside.mkdir(exist_ok=True)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1", **env}
     done = subprocess.run(
         [str(python), *args], input=stdin, capture_output=True, text=True, cwd=outside, env=env
     )
@@ -97,3 +98,29 @@ def test_a_model_folder_translates_from_the_wheel(installed, tmp_path):
     command = ["-m", "transformer_lib", "translate", "--model", str(SHIPPED), "--beam", "1"]
     out = run_outside(installed, tmp_path, *command, stdin="Ein Hund läuft im Park.\n")
     assert len(out.splitlines()) == 1 and out.strip(), out
+
+
+@pytest.mark.slow
+def test_a_shipped_model_by_name_downloads_from_a_copy_of_the_site(installed, tmp_path):
+    """The installed package has no results/: it fetches the model from a local copy of the
+    website, checks it, caches it, and translates with it."""
+    server = serve(make_site(tmp_path / "site"))
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/"
+        cache = tmp_path / "cache"
+        command = ["-m", "transformer_lib", "translate", "--model", "multi30k-de-en-laptop"]
+        out = run_outside(
+            installed,
+            tmp_path,
+            *command,
+            "--beam",
+            "1",
+            stdin="Ein Hund läuft im Park.\n",
+            TRANSFORMER_LIB_MODELS_URL=url,
+            TRANSFORMER_LIB_CACHE=str(cache),
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(out.splitlines()) == 1 and out.strip(), out
+    assert (cache / "models" / "multi30k-de-en-laptop" / "model.safetensors").is_file()

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import transformer_lib
+from transformer_lib.data import sha256  # the data pipeline's, for the model's files too
 from transformer_lib.decoding import SearchConfig
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.provenance import atomic_file, write_json, write_text_atomically
@@ -34,15 +35,6 @@ class PretrainedError(ValueError):
 
 class ModelNotFoundError(FileNotFoundError):
     """No model of that name, or a folder without the files of a model."""
-
-
-def sha256(path: Path) -> str:
-    """The SHA-256 of a file, as ``sha256sum`` prints it."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _safetensors():
@@ -70,7 +62,7 @@ def unique_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
-# %% book/runs.md:1059 (cell 30)
+# %% book/runs.md:1051 (cell 30)
 def save_pretrained(
     model: Transformer,
     tokenizer: BPETokenizer,
@@ -115,12 +107,12 @@ def save_pretrained(
     return entry
 
 
-# %% book/runs.md:1110 (cell 32)
+# %% book/runs.md:1102 (cell 32)
 def available_models() -> list[str]:
-    """The names of the model folders in this checkout's ``results/``."""
-    if not RESULTS.is_dir():
-        return []
-    return sorted(p.parent.name for p in RESULTS.glob("*/model.safetensors"))
+    """The names of the shipped models, and of the model folders in this checkout's
+    ``results/``."""
+    in_results = [p.parent.name for p in RESULTS.glob("*/model.safetensors")]
+    return sorted({*SHIPPED_SHA256, *in_results})
 
 
 def evaluated_alpha(folder: str | os.PathLike) -> float:
@@ -131,14 +123,17 @@ def evaluated_alpha(folder: str | os.PathLike) -> float:
 
 
 def model_folder(name_or_path: str | os.PathLike) -> Path:
-    """The folder of a model: a path to one, or the name of one in ``results/``."""
+    """The folder of a model: a path to one, or the name of a shipped model, read from this
+    checkout's ``results/`` or, in an installed package, downloaded into the cache."""
     path = Path(name_or_path)
     if path.is_dir():
         return path
     name = str(name_or_path)
     if re.fullmatch(r"[\w.-]+", name) and (RESULTS / name).is_dir():
         return RESULTS / name
-    known = ", ".join(available_models()) or f"none in {RESULTS}"
+    if name in SHIPPED_SHA256:
+        return download_model(name)
+    known = ", ".join(available_models())
     raise ModelNotFoundError(
         f"no model named {name!r} (the shipped models: {known}); or give the path of a folder "
         f"holding {', '.join(MODEL_FILES)}"
@@ -204,13 +199,150 @@ def load_pretrained(
     return model.to(device).eval(), tokenizer
 
 
+# %% book/runs.md:1211 (cell 34)
+import shutil
+import tempfile
+from urllib.error import URLError
+from urllib.request import urlopen
+
+from tqdm import tqdm
+
+# The published book, whose models/<name>/ folders hold the shipped models' files; the root of
+# any copy of the site may replace it.
+MODELS_URL = "https://executable-transformer.github.io/book/"
+MODELS_URL_ENV = "TRANSFORMER_LIB_MODELS_URL"
+CACHE_ENV = "TRANSFORMER_LIB_CACHE"  # the library's cache folder, models/ inside it
+# What a downloaded folder must hold besides the manifest: the model, and the report whose
+# length penalty the model is searched with.
+DOWNLOADED_FILES = (*MODEL_FILES, "bleu.json")
+# The SHA-256 of each shipped model's files as results/<name>/ holds them: an installed package
+# keeps a download only when its bytes are these (tests compare this table with results/).
+SHIPPED_SHA256 = {
+    "multi30k-de-en-laptop": {
+        "model.safetensors": "3ce1e8a31048650a6fd0cc18d6ef594e404086191e2136693a0d4dc37e5b0b99",
+        "config.json": "b5d00fdb55b3d0cdd0479c46fe0d7b139428125c8240abac646f2ebb17872aa5",
+        "tokenizer.json": "efdadd90af30ea2fd8aeea9ba2b9bb308de0ec0cbedfa14aa8b3730f01d84cbf",
+        "bleu.json": "30fa710b7b1b684a4105fc4339e995958e63cf3410facac173c12ba9fab935e5",
+    },
+    "multi30k-en-de-laptop": {
+        "model.safetensors": "fbfe04505048831117117f133b7400095ffef11a256996ea0745572cef3147b3",
+        "config.json": "5f45835a200269e1d1383dc75e00c669bf04d9f1b77ea0637bf6d17b8fd8717a",
+        "tokenizer.json": "efdadd90af30ea2fd8aeea9ba2b9bb308de0ec0cbedfa14aa8b3730f01d84cbf",
+        "bleu.json": "ff221a6b639e92107d5894d77c109af51fb0eae2e203ca3f3e9e8e7f37cecce1",
+    },
+    "multi30k-de-en": {
+        "model.safetensors": "41dfaaaebe6c2b5532912ebd4b63fd0bcab21ffc8c2b460eefa8342d330b3839",
+        "config.json": "cb4ac0b16b92e55e5c8eeb60e64b8044148772b2fdfd8fc4f37e60236bcc1434",
+        "tokenizer.json": "8e73c789614ef1ed0d21622f756b1f143b9304def93db90484827efa36394f06",
+        "bleu.json": "aeb2c711c15431a7f4a0a0fca9efccd949cfa1d2b6466710a7c00f75699e279d",
+    },
+    "multi30k-en-de": {
+        "model.safetensors": "0c1a46cd92ef5beaaa38cdae7f7dce9677089a1da4124b146aff0c00fdd0b28f",
+        "config.json": "06de2839615d91737027af0786b05c3c5df0e9546a2b724f7c121ed1f28247fb",
+        "tokenizer.json": "8e73c789614ef1ed0d21622f756b1f143b9304def93db90484827efa36394f06",
+        "bleu.json": "f7e9a0c07dc8eaa47f17fbff91e97c8093c8e750c79f8050a55427feecf28093",
+    },
+}
+
+
+class DownloadError(PretrainedError):
+    """A named model that could not be downloaded, or whose download was not what it should be."""
+
+
+def cache_dir() -> Path:
+    """The library's cache folder: ``$TRANSFORMER_LIB_CACHE``, else
+    ``$XDG_CACHE_HOME/transformer_lib`` (``~/.cache`` by default)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "transformer_lib"
+
+
+def models_url() -> str:
+    """The root of the website the models are downloaded from, ending in ``/``."""
+    return (os.environ.get(MODELS_URL_ENV) or MODELS_URL).rstrip("/") + "/"
+
+
+# %% book/runs.md:1280 (cell 36)
+def _fetch(url: str, path: Path, expected: str | None) -> None:
+    """Stream ``url`` into ``path`` with a progress bar; refuse bytes whose SHA-256 differs."""
+    digest = hashlib.sha256()
+    try:
+        with urlopen(url, timeout=60) as response, open(path, "wb") as file:
+            size = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=size, unit="B", unit_scale=True, desc=path.name, disable=None) as bar:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    file.write(block)
+                    digest.update(block)
+                    bar.update(len(block))
+    except (URLError, OSError) as err:
+        reason = getattr(err, "reason", None) or err
+        raise DownloadError(
+            f"could not download {url} ({reason}): check the network connection, set "
+            f"{MODELS_URL_ENV} to the root of a copy of the book's website, or give the path of "
+            "a model folder"
+        ) from err
+    if expected is not None and digest.hexdigest() != expected:
+        raise DownloadError(
+            f"{url} is not the file this version of transformer_lib ships (its SHA-256 differs); "
+            f"nothing was kept: set {MODELS_URL_ENV} to a copy of the website of this version"
+        )
+
+
+def _holds_shipped_files(folder: Path, name: str) -> bool:
+    """Whether ``folder`` holds every file of the shipped model ``name``, intact."""
+    expected = SHIPPED_SHA256[name]
+    return (folder / "manifest.json").is_file() and all(
+        (folder / file).is_file() and sha256(folder / file) == digest
+        for file, digest in expected.items()
+    )
+
+
+def download_model(name: str) -> Path:
+    """The folder of the shipped model ``name`` in the cache, downloaded first when it is not
+    there intact (checked against :data:`SHIPPED_SHA256`)."""
+    target = cache_dir() / "models" / name
+    if _holds_shipped_files(target, name):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        root = f"{models_url()}models/{name}/"
+        for file in ("manifest.json", *DOWNLOADED_FILES):
+            _fetch(root + file, staging / file, SHIPPED_SHA256[name].get(file))
+        _check_downloaded_manifest(staging, name)
+        shutil.rmtree(target, ignore_errors=True)  # a damaged copy, or none
+        try:
+            staging.rename(target)
+        except OSError:  # another process put it there first: theirs is as good
+            if not _holds_shipped_files(target, name):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _check_downloaded_manifest(folder: Path, name: str) -> None:
+    """The manifest's checksums must be the package's: the folder then verifies as any other."""
+    try:
+        recorded = json.loads((folder / "manifest.json").read_text())["shipped_model"]["sha256"]
+    except (ValueError, KeyError, TypeError):
+        recorded = None
+    expected = {f: d for f, d in SHIPPED_SHA256[name].items() if f in MODEL_FILES}
+    if recorded != expected:
+        raise DownloadError(
+            f"the manifest of {name} at {models_url()} records other files than this version of "
+            f"transformer_lib ships; nothing was kept: set {MODELS_URL_ENV} to a copy of the "
+            "website of this version"
+        )
+
+
 __all__ = [
     "MODEL_FILES",
     "FORMAT",
     "RESULTS",
     "PretrainedError",
     "ModelNotFoundError",
-    "sha256",
     "unique_tensors",
     "save_pretrained",
     "available_models",
@@ -218,4 +350,13 @@ __all__ = [
     "model_folder",
     "verify_model_folder",
     "load_pretrained",
+    "MODELS_URL",
+    "MODELS_URL_ENV",
+    "CACHE_ENV",
+    "DOWNLOADED_FILES",
+    "SHIPPED_SHA256",
+    "DownloadError",
+    "cache_dir",
+    "models_url",
+    "download_model",
 ]
