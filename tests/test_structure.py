@@ -78,7 +78,12 @@ LAYER = {module: i for i, modules in enumerate(LAYERS) for module in modules}
 MAX_LINES = 420
 # Modules allowed to be longer for now, each with its reason. An exception only applies while the
 # module is still too long: the test passes as soon as it is not.
-LONG_MODULES: dict[str, str] = {}
+LONG_MODULES: dict[str, str] = {
+    "training": "the loop's run state and named steps (no function over 80 lines) grew it; the "
+    "Part I objective (training.md) and the Part II loop (training_loop.md) are to part",
+    "book.sweep": "run_sweep's named steps grew it; the running of one variant is to move to a "
+    "module of its own",
+}
 
 
 def _resolve(base: list[str], name: str | None = None) -> str:

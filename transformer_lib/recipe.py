@@ -163,6 +163,54 @@ class ParallelCorpus:
         return train_pairs, valid_pairs
 
 
+def _named_profile(profile: str | Profile) -> tuple[str, Profile]:
+    """A profile and its name (``"custom"`` for one that is not in PROFILES)."""
+    if not isinstance(profile, str):
+        return "custom", profile
+    if profile not in PROFILES:
+        raise RecipeError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
+    return profile, PROFILES[profile]
+
+
+def _check_resume(out: Path, resume: bool) -> None:
+    """A run to resume needs ``out/checkpoints/last.pt``; a new one needs a folder without it."""
+    last = out / "checkpoints" / "last.pt"
+    if resume and not last.is_file():
+        raise FileNotFoundError(f"nothing to resume: {last} does not exist (drop --resume)")
+    if not resume and last.exists():
+        raise RecipeError(
+            f"{out} already holds a run: add --resume to continue it, or pick a new --out"
+        )
+
+
+def _read_pairs(
+    src: str, tgt: str, name: str, data_dir: Path | None, corpus: ParallelCorpus | None
+) -> tuple[list, list, dict]:
+    """The training and validation pairs, of Multi30k or of ``corpus``, and the run's metadata
+    (which data, languages and profile)."""
+    if corpus is None:
+        train_pairs = load_multi30k("train", src, tgt, data_dir)
+        valid_pairs = load_multi30k("val", src, tgt, data_dir)
+        metadata = {"data": "multi30k", "src": src, "tgt": tgt, "profile": name}
+    else:
+        train_pairs, valid_pairs = corpus.load()
+        files = [str(Path(path).resolve()) for path in dataclasses.astuple(corpus)]
+        metadata = {"data": "files", "src": src, "tgt": tgt, "profile": name, "files": files}
+    return train_pairs, valid_pairs, metadata
+
+
+def _run_tokenizer(path: Path, train_pairs: list, vocab_size: int) -> BPETokenizer:
+    """The run's BPE vocabulary at ``path``: trained on ``train_pairs`` by rank 0 the first time
+    (a resumed run keeps its own), then read by every process."""
+    rank, world = distributed.rank_and_world()
+    if rank == 0 and not path.is_file():
+        sentences = [sentence for pair in train_pairs for sentence in pair]
+        BPETokenizer.train(sentences, vocab_size).save(path)
+    if world > 1:
+        torch.distributed.barrier()  # the other ranks wait for rank 0's tokenizer
+    return BPETokenizer.load(path)
+
+
 def train_translation(
     profile: str | Profile,
     src: str,
@@ -185,36 +233,18 @@ def train_translation(
     With ``resume`` the run continues from ``out/checkpoints/last.pt``; ``time_limit`` (seconds)
     stops this call early with a checkpoint to resume from. Returns train()'s summary.
     """
-    if isinstance(profile, str):
-        if profile not in PROFILES:
-            raise RecipeError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
-        name, profile = profile, PROFILES[profile]
-    else:
-        name = "custom"
+    name, profile = _named_profile(profile)
     if src == tgt:
         raise RecipeError(f"source and target language are both {src!r}: choose two languages")
     out = Path(out)
-    last = out / "checkpoints" / "last.pt"
-    if resume and not last.is_file():
-        raise FileNotFoundError(f"nothing to resume: {last} does not exist (drop --resume)")
-    if not resume and last.exists():
-        raise RecipeError(
-            f"{out} already holds a run: add --resume to continue it, or pick a new --out"
-        )
+    _check_resume(out, resume)
     training = profile.training
     if max_steps is not None:
         if max_steps < 1:
             raise RecipeError(f"max_steps must be at least 1, got {max_steps}")
         training = dataclasses.replace(training, max_steps=max_steps)
     # The data is read and checked before any other work.
-    if corpus is None:
-        train_pairs = load_multi30k("train", src, tgt, data_dir)
-        valid_pairs = load_multi30k("val", src, tgt, data_dir)
-        metadata = {"data": "multi30k", "src": src, "tgt": tgt, "profile": name}
-    else:
-        train_pairs, valid_pairs = corpus.load()
-        files = [str(Path(path).resolve()) for path in dataclasses.astuple(corpus)]
-        metadata = {"data": "files", "src": src, "tgt": tgt, "profile": name, "files": files}
+    train_pairs, valid_pairs, metadata = _read_pairs(src, tgt, name, data_dir, corpus)
     _writable_folder(out)
 
     rank, world = distributed.rank_and_world()
@@ -224,13 +254,7 @@ def train_translation(
             f"start it with torchrun --standalone --nproc-per-node {profile.processes} "
             "-m transformer_lib train ... (tools/real_run.py does)"
         )
-    tokenizer_path = out / "tokenizer.json"
-    if rank == 0 and not tokenizer_path.is_file():
-        sentences = [sentence for pair in train_pairs for sentence in pair]
-        BPETokenizer.train(sentences, profile.vocab_size).save(tokenizer_path)
-    if world > 1:
-        torch.distributed.barrier()  # the other ranks wait for rank 0's tokenizer
-    tokenizer = BPETokenizer.load(tokenizer_path)
+    tokenizer = _run_tokenizer(out / "tokenizer.json", train_pairs, profile.vocab_size)
 
     vocab = tokenizer.vocab_size
     config = dataclasses.replace(
@@ -243,13 +267,7 @@ def train_translation(
         raise DataError(
             f"every training pair has a side longer than {profile.max_len} tokens: nothing to train on"
         )
-    batches = BatchesByLength(
-        encoded,
-        training.max_tokens,
-        training.seed,
-        rank,
-        world,
-    )
+    batches = BatchesByLength(encoded, training.max_tokens, training.seed, rank, world)
     valid_batches = make_batches(encode_pairs(tokenizer, valid_pairs), training.max_tokens)
     bleu_pairs = valid_pairs[: profile.bleu_sentences]  # the first N: a fixed sample
     return train(
@@ -271,7 +289,7 @@ def train_translation(
     )
 
 
-# %% book/runs.md:560 (cell 16)
+# %% book/runs.md:578 (cell 16)
 def library_hash() -> str:
     """A hash of every module of the library: the identity of the code that trains a run.
 

@@ -116,12 +116,13 @@ def update_step(
     return total, local
 
 
-# %% book/training_loop.md:61 (cell 3)
+# %% book/training_loop.md:71 (cell 3)
 import json
 import random
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 from tqdm import tqdm
@@ -182,6 +183,248 @@ def _truncate_metrics(path: Path, step: int) -> None:
     write_text_atomically(path, "".join(line + "\n" for line in kept))  # never half a log
 
 
+@dataclass
+class _RunState:
+    """What one call of ``train`` works on: the model, its optimizer and schedule, the files it
+    writes, and what changes from update to update (the position in the data, the clocks, the
+    window of updates the next train record sums up). The named steps of the loop update it."""
+
+    config: TrainingConfig
+    run_dir: Path  # holds config.json, metrics.jsonl and checkpoints/
+    settings: dict  # config.json: stored with every checkpoint and checked on resume
+    device: torch.device
+    rank: int  # this process; rank 0 alone writes files
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    step: int = 0  # updates done, over all calls
+    epoch: int = 0  # the epoch of the next batch
+    index: int = 0  # the next batch's position in its epoch
+    epoch_batches: Sequence = ()  # the batches of that epoch, batches(epoch)
+    wall: float = 0.0  # seconds of updates alone, over all calls
+    elapsed_before: float = 0.0  # seconds of the earlier calls, everything included
+    called: float = 0.0  # perf_counter() when this call's loop began
+    lr: float = 0.0  # the rate the latest update used
+    window_loss: float = 0.0  # summed loss of the updates since the last train record
+    window_tokens: int = 0  # their target tokens on this process
+    window_start: float = 0.0  # perf_counter() when that window began
+    last_valid: dict | None = None  # the latest validation's figures
+    metrics: TextIO | None = None  # metrics.jsonl, open on rank 0 only
+    bar: tqdm | None = None  # the progress bar
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.called
+
+    def clocks(self) -> dict:
+        return {"wall_s": round(self.wall, 3), "elapsed_s": round(self.elapsed(), 3)}
+
+    def log(self, record: dict) -> None:
+        if self.metrics is not None:
+            self.metrics.write(json.dumps(record) + "\n")
+            self.metrics.flush()
+
+    def write_settings(self) -> None:
+        text = json.dumps(self.settings, indent=2) + "\n"
+        write_text_atomically(self.run_dir / "config.json", text)
+
+
+def _prepare(
+    model: nn.Module,
+    config: TrainingConfig,
+    run_dir: Path,
+    device: torch.device,
+    d_model: int,
+    settings: dict,
+) -> _RunState:
+    """The state before the first update: the model on ``device``, a new Adam optimizer with
+    the schedule of formula (3), and update 0."""
+    model.to(device)
+    optimizer, scheduler = make_optimizer(
+        model,
+        d_model,
+        config.warmup_steps,
+        config.lr_scale,
+        config.betas,
+        config.eps,
+        max_steps=config.max_steps,
+        cooldown_steps=config.cooldown_steps,
+    )
+    rank = distributed.rank_and_world()[0]
+    return _RunState(config, run_dir, settings, device, rank, model, optimizer, scheduler)
+
+
+def _start(run: _RunState) -> None:
+    """A new run: refuse a folder that holds one, seed every generator (plus the rank, for
+    dropout) and write config.json."""
+    if (run.run_dir / "checkpoints" / "last.pt").exists():
+        raise FileExistsError(
+            f"{run.run_dir} already holds a run: pass resume=True (--resume) to continue it, "
+            "or choose another output folder"
+        )
+    random.seed(run.config.seed + run.rank)
+    np.random.seed(run.config.seed + run.rank)
+    torch.manual_seed(run.config.seed + run.rank)
+    if run.rank == 0:
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        run.write_settings()
+
+
+def _resume(run: _RunState) -> None:
+    """Continue from ``checkpoints/last.pt``: the weights, Adam's moments, the scheduler, the
+    position in the data, the clocks and every random generator, once the settings are checked."""
+    world = distributed.rank_and_world()[1]
+    state = load_checkpoint(run.run_dir / "checkpoints" / "last.pt", map_location=run.device)
+    check_resumable(
+        state["config"],
+        run.settings["training"],
+        run.settings["model"],
+        run.settings["run"],
+        may_change=resumable_changes(state["config"]["training"], run.config, state["step"]),
+    )
+    if len(state["rng"]) != world:
+        raise CheckpointError(
+            f"the checkpoint was written by {len(state['rng'])} processes and this run has "
+            f"{world}: resume with the same number of processes for an exact continuation"
+        )
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.step, run.wall = state["step"], state["wall"]
+    run.elapsed_before = state.get("elapsed", run.wall)  # checkpoints of older versions lack it
+    run.epoch, run.index = state["data"]["epoch"], state["data"]["batch"]
+    set_rng_state(state["rng"][run.rank])
+    if run.rank == 0:
+        _truncate_metrics(run.run_dir / "metrics.jsonl", run.step)
+        run.write_settings()  # the settings it runs with from now on (resumable_changes)
+
+
+def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) -> None:
+    """Open metrics.jsonl and the progress bar, fetch the current epoch's batches, switch dropout
+    on and start this call's clocks."""
+    run.metrics = open(run.run_dir / "metrics.jsonl", "a") if run.rank == 0 else None
+    run.bar = tqdm(
+        total=run.config.max_steps,
+        initial=run.step,
+        disable=not progress or run.rank != 0,
+        unit="step",
+    )
+    run.epoch_batches = batches(run.epoch)
+    if not run.epoch_batches:
+        raise ValueError("batches(epoch) returned no batch: the training data is empty")
+    run.model.train()
+    run.window_start = run.called = time.perf_counter()
+
+
+def _update(
+    run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], pad_id: int, autocast
+) -> bool:
+    """Gather the next ``accumulation`` batches and make one update of them (``update_step``);
+    whether an epoch ended on the way."""
+    started = time.perf_counter()
+    group, epoch_ended = [], False
+    while len(group) < run.config.accumulation:
+        group.append(run.epoch_batches[run.index].to(run.device))
+        run.index += 1
+        if run.index == len(run.epoch_batches):  # the epoch is used up: the next one starts now
+            run.epoch, run.index, epoch_ended = run.epoch + 1, 0, True
+            run.epoch_batches = batches(run.epoch)
+    run.lr = run.optimizer.param_groups[0]["lr"]  # the rate this update uses
+    loss, local = update_step(
+        network, group, run.optimizer, run.scheduler, run.config, pad_id, autocast
+    )
+    run.window_loss, run.window_tokens = run.window_loss + loss, run.window_tokens + local
+    run.step += 1
+    run.wall += time.perf_counter() - started
+    run.bar.update(1)
+    return epoch_ended
+
+
+def _log_window(run: _RunState) -> None:
+    """Every ``log_every`` updates and after the last: one train record of the window's mean
+    loss per target token over all processes, its perplexity and speed; then a new window."""
+    if not (run.step % run.config.log_every == 0 or run.step == run.config.max_steps):
+        return
+    sums = distributed.all_reduce(
+        torch.tensor([run.window_loss, run.window_tokens], device=run.device, dtype=torch.float64)
+    )
+    mean = (sums[0] / sums[1].clamp(min=1)).item()
+    seconds = time.perf_counter() - run.window_start
+    record = {
+        "kind": "train",
+        "step": run.step,
+        "epoch": run.epoch,
+        "loss": mean,
+        "ppl": float(np.exp(min(mean, 50.0))),
+        "lr": run.lr,
+        "tokens_per_s": sums[1].item() / max(seconds, 1e-9),
+        **run.clocks(),
+    }
+    run.log(record)
+    run.bar.set_postfix(
+        loss=f"{mean:.3f}", lr=f"{run.lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
+    )
+    run.window_loss, run.window_tokens, run.window_start = 0.0, 0, time.perf_counter()
+
+
+def _maybe_validate(
+    run: _RunState,
+    epoch_ended: bool,
+    valid_batches: Sequence | None,
+    valid_metrics: Callable[[nn.Module], dict] | None,
+    pad_id: int,
+) -> None:
+    """Every ``validate_every`` updates (None: when an epoch ended) and after the last, on rank 0
+    and when there are validation batches: a valid record, kept as ``run.last_valid``."""
+    every = run.config.validate_every
+    due = epoch_ended if every is None else run.step % every == 0
+    if not (due or run.step == run.config.max_steps) or run.rank != 0 or not valid_batches:
+        return
+    result = evaluate_loss(run.model, valid_batches, pad_id, run.device)
+    if valid_metrics is not None:
+        run.model.eval()
+        result.update(valid_metrics(run.model))
+        run.model.train()
+    run.log({"kind": "valid", "step": run.step, "epoch": run.epoch, **result, **run.clocks()})
+    run.last_valid = result
+
+
+def _out_of_time(run: _RunState, time_limit: float | None) -> bool:
+    """Whether ``time_limit`` seconds of this call have passed, on any process: every process
+    gets the same answer, so that all stop after the same update."""
+    if time_limit is None:
+        return False
+    late = time.perf_counter() - run.called >= time_limit
+    return distributed.all_reduce(torch.tensor(float(late), device=run.device)).item() > 0
+
+
+def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | None) -> None:
+    """Every ``checkpoint_every`` updates and after the last, a checkpoint (``step-N.pt`` and
+    ``last.pt``); when out of time in between, ``last.pt`` alone."""
+    regular = run.step % run.config.checkpoint_every == 0 or run.step == run.config.max_steps
+    if not (regular or out_of_time):
+        return
+    rngs = distributed.all_gather(rng_state())  # every process takes part
+    if run.rank != 0:
+        return
+    state = {
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "step": run.step,
+        "data": {"epoch": run.epoch, "batch": run.index},
+        "config": run.settings,
+        "rng": rngs,
+        "wall": run.wall,
+        "elapsed": run.elapsed(),
+        **(attachments or {}),
+    }
+    folder = run.run_dir / "checkpoints"
+    if regular:
+        write_checkpoint(state, folder, run.config.keep_checkpoints)
+    else:  # only last.pt: the step-N files stay the regular ones averaging uses
+        save_checkpoint(state, folder / "last.pt")
+
+
 def train(
     model: nn.Module,
     batches: Callable[[int], Sequence],
@@ -220,183 +463,43 @@ def train(
     clocks go into the metrics: ``wall_s`` counts the updates alone, ``elapsed_s`` everything the
     loop did (validation and checkpoints included); both add up over resumed calls.
     """
-    rank, world = distributed.rank_and_world()
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     products = onednn_products(config.products, device)  # None: PyTorch's (chapter Performance)
-    run_dir, folder = Path(run_dir), Path(run_dir) / "checkpoints"
     settings = {
         "training": jsonable(config),
         "model": jsonable(model_config) if model_config is not None else None,
         "run": json.loads(json.dumps(metadata)) if metadata is not None else None,  # as reloaded
     }
-    model.to(device)
-    optimizer, scheduler = make_optimizer(
-        model,
-        d_model,
-        config.warmup_steps,
-        config.lr_scale,
-        config.betas,
-        config.eps,
-        max_steps=config.max_steps,
-        cooldown_steps=config.cooldown_steps,
-    )
-    step, epoch, index, wall, elapsed_before = 0, 0, 0, 0.0, 0.0
+    run = _prepare(model, config, Path(run_dir), device, d_model, settings)
     if resume:
-        state = load_checkpoint(folder / "last.pt", map_location=device)
-        check_resumable(
-            state["config"],
-            settings["training"],
-            settings["model"],
-            settings["run"],
-            may_change=resumable_changes(state["config"]["training"], config, state["step"]),
-        )
-        if len(state["rng"]) != world:
-            raise CheckpointError(
-                f"the checkpoint was written by {len(state['rng'])} processes and this run has "
-                f"{world}: resume with the same number of processes for an exact continuation"
-            )
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step, wall = state["step"], state["wall"]
-        elapsed_before = state.get("elapsed", wall)  # checkpoints of older versions lack it
-        epoch, index = state["data"]["epoch"], state["data"]["batch"]
-        set_rng_state(state["rng"][rank])
-        if rank == 0:
-            _truncate_metrics(run_dir / "metrics.jsonl", step)
-            # the settings it runs with from now on, which may differ (resumable_changes)
-            write_text_atomically(run_dir / "config.json", json.dumps(settings, indent=2) + "\n")
+        _resume(run)
     else:
-        if (folder / "last.pt").exists():
-            raise FileExistsError(
-                f"{run_dir} already holds a run: pass resume=True (--resume) to continue it, "
-                "or choose another output folder"
-            )
-        random.seed(config.seed + rank)
-        np.random.seed(config.seed + rank)
-        torch.manual_seed(config.seed + rank)
-        if rank == 0:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(run_dir / "config.json", json.dumps(settings, indent=2) + "\n")
-
-    network = distributed.wrap(model, device)
+        _start(run)
+    network = distributed.wrap(model, device)  # after _resume: DDP copies rank 0's weights
     autocast = products or torch.autocast(
         device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and config.bf16
     )
-    metrics = open(run_dir / "metrics.jsonl", "a") if rank == 0 else None
-    bar = tqdm(total=config.max_steps, initial=step, disable=not progress or rank != 0, unit="step")
-
-    def log(record: dict) -> None:
-        if metrics is not None:
-            metrics.write(json.dumps(record) + "\n")
-            metrics.flush()
-
-    def elapsed() -> float:
-        return elapsed_before + time.perf_counter() - called
-
-    def clocks() -> dict:
-        return {"wall_s": round(wall, 3), "elapsed_s": round(elapsed(), 3)}
-
-    def validate() -> dict | None:
-        if rank != 0 or not valid_batches:
-            return None
-        result = evaluate_loss(model, valid_batches, pad_id, device)
-        if valid_metrics is not None:
-            model.eval()
-            result.update(valid_metrics(model))
-            model.train()
-        log({"kind": "valid", "step": step, "epoch": epoch, **result, **clocks()})
-        return result
-
-    epoch_batches = batches(epoch)
-    if not epoch_batches:
-        raise ValueError("batches(epoch) returned no batch: the training data is empty")
-    model.train()
-    window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
-    last_valid = None
-    called = time.perf_counter()
+    _open(run, batches, progress)
     try:
-        while step < config.max_steps:
-            started = time.perf_counter()
-            group, epoch_ended = [], False
-            while len(group) < config.accumulation:
-                group.append(epoch_batches[index].to(device))
-                index += 1
-                if index == len(epoch_batches):  # the epoch is used up: the next one starts now
-                    epoch, index, epoch_ended = epoch + 1, 0, True
-                    epoch_batches = batches(epoch)
-            lr = optimizer.param_groups[0]["lr"]  # the rate this update uses
-            loss, local = update_step(
-                network, group, optimizer, scheduler, config, pad_id, autocast
-            )
-            window_loss, window_tokens = window_loss + loss, window_tokens + local
-            step += 1
-            wall += time.perf_counter() - started
-            bar.update(1)
-
-            if step % config.log_every == 0 or step == config.max_steps:
-                sums = distributed.all_reduce(
-                    torch.tensor([window_loss, window_tokens], device=device, dtype=torch.float64)
-                )
-                mean = (sums[0] / sums[1].clamp(min=1)).item()
-                seconds = time.perf_counter() - window_start
-                record = {
-                    "kind": "train",
-                    "step": step,
-                    "epoch": epoch,
-                    "loss": mean,
-                    "ppl": float(np.exp(min(mean, 50.0))),
-                    "lr": lr,
-                    "tokens_per_s": sums[1].item() / max(seconds, 1e-9),
-                    **clocks(),
-                }
-                log(record)
-                bar.set_postfix(
-                    loss=f"{mean:.3f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
-                )
-                window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
-            every = config.validate_every
-            due = epoch_ended if every is None else step % every == 0
-            if due or step == config.max_steps:
-                last_valid = validate() or last_valid
-            regular = step % config.checkpoint_every == 0 or step == config.max_steps
-            out_of_time = False
-            if time_limit is not None:  # every process stops after the same update
-                late = time.perf_counter() - called >= time_limit
-                out_of_time = distributed.all_reduce(torch.tensor(float(late), device=device))
-                out_of_time = out_of_time.item() > 0
-            if regular or out_of_time:
-                rngs = distributed.all_gather(rng_state())
-                if rank == 0:
-                    state = {
-                        "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(),
-                        "step": step,
-                        "data": {"epoch": epoch, "batch": index},
-                        "config": settings,
-                        "rng": rngs,
-                        "wall": wall,
-                        "elapsed": elapsed(),
-                        **(attachments or {}),
-                    }
-                    if regular:
-                        write_checkpoint(state, folder, config.keep_checkpoints)
-                    else:  # only last.pt: the step-N files stay the regular ones averaging uses
-                        save_checkpoint(state, folder / "last.pt")
-            if out_of_time and step < config.max_steps:
+        while run.step < config.max_steps:
+            epoch_ended = _update(run, network, batches, pad_id, autocast)
+            _log_window(run)
+            _maybe_validate(run, epoch_ended, valid_batches, valid_metrics, pad_id)
+            out_of_time = _out_of_time(run, time_limit)
+            _maybe_checkpoint(run, out_of_time, attachments)
+            if out_of_time and run.step < config.max_steps:
                 break
     finally:
-        bar.close()
-        if metrics is not None:
-            metrics.close()
+        run.bar.close()
+        if run.metrics is not None:
+            run.metrics.close()
     return {
-        "step": step,
-        "epoch": epoch,
-        "wall_s": wall,
-        "elapsed_s": elapsed(),
-        "valid": last_valid,
-        "finished": step >= config.max_steps,
+        "step": run.step,
+        "epoch": run.epoch,
+        "wall_s": run.wall,
+        "elapsed_s": run.elapsed(),
+        "valid": run.last_valid,
+        "finished": run.step >= config.max_steps,
     }
 
 

@@ -132,15 +132,13 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
 
 
 # %% book/sweep.md:394 (cell 16)
-def sweep_variants(
-    profile: SweepProfile, vocab_size: int, max_steps: int | None = None
-) -> list[Variant]:
-    """Table 3's rows around ``profile``'s base, then ours: the base with other seeds, without
-    or with a narrow FFN, and the LSTM baseline. Every variant trains for the same steps."""
+def _variant_training(profile: SweepProfile, max_steps: int | None) -> TrainingConfig:
+    """How every variant trains: ``profile``'s training for ``max_steps`` (default: its own),
+    validated ``profile.validations`` times and checkpointed ``profile.checkpoints`` times."""
     steps = profile.training.max_steps if max_steps is None else max_steps
     if steps < 1:
         raise SweepError(f"max_steps must be at least 1, got {steps}")
-    training = dataclasses.replace(
+    return dataclasses.replace(
         profile.training,
         max_steps=steps,
         # At the end (the validation perplexity of the line), and before: a curve over minutes.
@@ -149,6 +147,14 @@ def sweep_variants(
         keep_checkpoints=1,
         log_every=max(1, min(profile.training.log_every, steps)),
     )
+
+
+def sweep_variants(
+    profile: SweepProfile, vocab_size: int, max_steps: int | None = None
+) -> list[Variant]:
+    """Table 3's rows around ``profile``'s base, then ours: the base with other seeds, without
+    or with a narrow FFN, and the LSTM baseline. Every variant trains for the same steps."""
+    training = _variant_training(profile, max_steps)
     base = dataclasses.replace(
         profile.model, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, pad_id=PAD_ID
     )
@@ -240,7 +246,7 @@ def replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Variant
     ]
 
 
-# %% book/sweep.md:519 (cell 18)
+# %% book/sweep.md:525 (cell 18)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
