@@ -12,7 +12,17 @@ from torch import Tensor
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """Which key positions hold a real token (§3.2.3); ``True`` = may be attended to.
 
-    Shape: ``tokens`` (B, L) int64 -> (B, 1, 1, L) bool, broadcasting over heads and queries.
+    Args:
+        tokens: (B, L) int64 token ids, padded with ``pad_id``.
+        pad_id: the id of the padding token (the model's ``config.pad_id``).
+
+    Returns:
+        (B, 1, 1, L) bool, ``True`` where ``tokens`` is not ``pad_id``; it broadcasts over the
+        heads and the queries of the attention scores (B, h, L_q, L).
+
+    Shape:
+        B the batch, L the length of the sequence (S for a source, T for a target), h the heads,
+        L_q the queries.
     """
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
 
@@ -20,13 +30,23 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
 def subsequent_mask(size: int, device: torch.device | None = None) -> Tensor:
     """The decoder's causal mask (§3.2.3): position i may attend to positions j <= i.
 
-    Shape: (1, 1, T, T) bool, ``True`` on and below the diagonal.
+    Args:
+        size: T, the length of the target.
+        device: where to make the mask; None: PyTorch's default device.
+
+    Returns:
+        (1, 1, T, T) bool, ``True`` on and below the diagonal. ``padding_mask(tgt, pad_id) &
+        subsequent_mask(T)`` is the decoder's self-attention mask (B, 1, T, T).
+
+    Shape:
+        B the batch, T the target length; the two leading 1s broadcast over the batch and the
+        heads.
     """
     causal = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (T, T)
     return causal[None, None]  # (1, 1, T, T)
 
 
-# %% book/attention.md:138 (cell 10)
+# %% book/attention.md:158 (cell 10)
 import math
 
 import torch.nn.functional as F
@@ -43,10 +63,27 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, written out (§3.2.1, equation 1).
 
-    Shapes: query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v); ``mask`` broadcasts
-    to (..., L_q, L_k), ``True`` = may attend. Returns the output (..., L_q, d_v) and the weights
-    (..., L_q, L_k). A query with no key to attend to gets zero weights and a zero output.
-    ``scale`` replaces 1/sqrt(d_k) (as in PyTorch's function); only experiments change it.
+    The explicit path, which returns the weights; :class:`MultiHeadAttention` runs PyTorch's
+    fused kernel instead unless the weights are asked for. A masked score is ``-inf``, hence a
+    weight of exactly zero; a query with no key to attend to (its mask row all ``False``) gets
+    zero weights and a zero output, never NaN, as in PyTorch's own function.
+
+    Args:
+        query: (..., L_q, d_k) floating-point queries.
+        key: (..., L_k, d_k) keys, of the queries' dtype.
+        value: (..., L_k, d_v) values, of the queries' dtype.
+        mask: bool, broadcasts to (..., L_q, L_k); ``True`` = may attend. None: every key.
+        dropout_p: the probability of dropping a weight; applied whenever it is above 0, so
+            pass 0.0 outside training.
+        scale: replaces 1/sqrt(d_k) (as in PyTorch's function); only experiments change it.
+
+    Returns:
+        The output (..., L_q, d_v) and the weights (..., L_q, L_k); before dropout, each query's
+        weights sum to 1 over the keys it may see.
+
+    Shape:
+        ``...`` any leading dimensions, e.g. (B, h): B the batch, h the heads. L_q the queries,
+        L_k the keys and values, d_k the width of queries and keys, d_v the width of values.
     """
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = query @ key.transpose(-2, -1) * scale  # (..., L_q, L_k)
@@ -60,14 +97,34 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:280 (cell 18)
+# %% book/attention.md:317 (cell 18)
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): h attentions of width d_k = d_v = d_model / h, concatenated.
 
-    ``forward(query (B, L_q, d_model), key (B, L_k, d_model), value (B, L_k, d_model), mask)``
-    returns (B, L_q, d_model). ``mask`` broadcasts to (B, h, L_q, L_k), ``True`` = may attend.
-    ``d_k`` sets another width for queries and keys (Table 3, row B); values keep d_model / h.
-    ``scale`` replaces the 1/sqrt(d_k) of the scores (footnote 4), for experiments only.
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, with head_i = Attention(Q W_i^Q,
+    K W_i^K, V W_i^V). ``forward(query (B, L_q, d_model), key (B, L_k, d_model), value (B, L_k,
+    d_model), mask)`` returns (B, L_q, d_model); ``mask`` broadcasts to (B, h, L_q, L_k),
+    ``True`` = may attend. The heads run through PyTorch's fused ``scaled_dot_product_attention``
+    unless the weights are asked for (``need_weights``), which takes the written-out
+    :func:`scaled_dot_product_attention`.
+
+    Args:
+        d_model: the width of the inputs and of the output.
+        n_heads: h, the number of heads; it must divide ``d_model``.
+        dropout: dropout on the attention weights, in training mode only. The paper is silent on
+            it (§5.4 names only the sub-layer outputs and the embedding sums), so the default is
+            none.
+        bias: whether the projections W^Q, W^K, W^V and W^O have biases.
+        d_k: another width for queries and keys (Table 3, row B); values keep d_model / h.
+            None: d_model / h.
+        scale: replaces the 1/sqrt(d_k) of the scores (footnote 4), for experiments only.
+
+    Raises:
+        ValueError: ``n_heads`` does not divide ``d_model``, or ``d_k`` is not positive.
+
+    Shape:
+        B the batch, L_q the queries, L_k the keys and values, h the heads (``n_heads``), d_k the
+        width of a head's queries and keys, d_v = d_model / h the width of its values.
     """
 
     def __init__(
@@ -108,10 +165,28 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: dict | None = None,
     ) -> Tensor:
-        """``need_weights``: take the written-out path and keep the weights (B, h, L_q, L_k) in
-        ``self.weights``. ``cache`` (a dict, empty at the first call) serves incremental decoding:
-        self-attention appends the new keys and values to it; attention over another sequence
-        (the encoder output) computes that sequence's keys and values once and reuses them."""
+        """Attend from ``query`` to ``key`` and ``value`` with all heads at once (§3.2.2).
+
+        Self-attention is recognised by ``query``, ``key`` and ``value`` being one tensor, whose
+        three projections are then one matrix product.
+
+        Args:
+            query: (B, L_q, d_model) queries.
+            key: (B, L_k, d_model) keys.
+            value: (B, L_k, d_model) values.
+            mask: bool, broadcasts to (B, h, L_q, L_k), ``True`` = may attend: a
+                :func:`padding_mask` (B, 1, 1, L_k), alone or ``&`` a :func:`subsequent_mask`.
+                None: every key.
+            need_weights: take the written-out path and keep the weights (B, h, L_q, L_k) in
+                ``self.weights``.
+            cache: a dict, empty at the first call, that serves incremental decoding:
+                self-attention appends the new keys and values (B, h, L, d_k or d_v) to it;
+                attention over another sequence (the encoder output) computes that sequence's
+                keys and values once and reuses them (``key`` and ``value`` are then not read).
+
+        Returns:
+            (B, L_q, d_model), the heads' outputs concatenated and projected by W^O.
+        """
         e, d_k, d_v = self.n_heads * self.d_k, self.d_k, self.d_v  # e: rows of W^Q and of W^K
         weight, bias = self.in_proj.weight, self.in_proj.bias
         if query is key and key is value:  # self-attention: one matrix multiplication

@@ -121,7 +121,7 @@ def plan_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:510 (cell 24)
+# %% book/data_pipeline.md:605 (cell 24)
 def _check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int) -> None:
     """Refuse what plan_batches cannot plan: no process, fewer pairs than processes, or a pair
     longer than the budget on either side (named, with what to do)."""
@@ -151,6 +151,29 @@ def make_batches(
     """This process's batches of one epoch, by length under a token budget (§5.1).
 
     Every process gets the same number of batches; across ranks, every pair appears exactly once.
+    A pure function of its arguments: the same epoch gives the same batches.
+
+    Args:
+        pairs: encoded sentence pairs ``(source ids, target ids)``, without special tokens
+            (:func:`encode_pairs` makes them).
+        max_tokens: the budget of each of a batch's padded source and target tensors, B * S and
+            B * T, counting ``</s>`` and ``<s>``.
+        seed: with ``epoch``, decides the batches' members and order.
+        epoch: the epoch to plan.
+        rank: this process, 0 <= rank < world_size.
+        world_size: the number of processes sharing the epoch.
+
+    Returns:
+        The batches, each a :class:`~transformer_lib.batching.Batch` with ``src`` (B, S),
+        ``tgt_in`` and ``tgt_out`` (B, T) int64, ``src_mask`` (B, 1, 1, S) and ``tgt_mask``
+        (B, 1, T, T) bool.
+
+    Raises:
+        DataError: ``rank`` outside [0, world_size), ``world_size`` below 1, fewer pairs than
+            processes, or a pair with more than ``max_tokens`` tokens on a side.
+
+    Shape:
+        B the pairs of a batch, S the longest source + 1 (``</s>``), T the longest target + 1.
     """
     if not 0 <= rank < world_size:
         raise DataError(f"rank must be in [0, {world_size}), got {rank}")

@@ -26,7 +26,25 @@ def save_checkpoint(state: dict, path: Path) -> None:
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint`; never runs code from the file."""
+    """Read a checkpoint written by :func:`save_checkpoint`; never runs code from the file.
+
+    The file is loaded with ``weights_only=True``: tensors and plain Python values only, so a
+    checkpoint from elsewhere cannot run code.
+
+    Args:
+        path: the checkpoint, e.g. ``run/checkpoints/last.pt``.
+        map_location: where to put its tensors (``"cpu"``, ``"cuda"``, a device).
+
+    Returns:
+        The checkpoint's dict, with at least ``model`` (the state dict), ``step`` and
+        ``config`` (the run's ``training``, ``model`` and ``run`` settings); a training
+        checkpoint also holds the optimizer's, the scheduler's and the random generators'
+        states, and what the run attached (e.g. ``tokenizer``).
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        CheckpointError: the file cannot be read, or lacks ``model``, ``step`` or ``config``.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
@@ -72,7 +90,7 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all([cuda.cpu() for cuda in state["cuda"]])
 
 
-# %% book/checkpoints.md:164 (cell 10)
+# %% book/checkpoints.md:182 (cell 10)
 def write_checkpoint(state: dict, folder: Path, keep: int) -> Path:
     """Save ``state`` as ``folder/step-<N>.pt``, point ``last.pt`` at it, keep the last ``keep``."""
     path = folder / f"step-{state['step']}.pt"

@@ -206,7 +206,31 @@ def load_multi30k(
     cache_dir: str | os.PathLike | None = None,
 ) -> list[tuple[str, str]]:
     """Multi30k task 1 sentence pairs ``(source, target)`` of one split, e.g. ``"train"``: the
-    book's stand-in for §5.1's WMT 2014 data."""
+    book's stand-in for §5.1's WMT 2014 data.
+
+    The files come from ``data_dir``, else from the folder ``$TRANSFORMER_LIB_DATA`` names (both
+    used as they are, never written to), else from the cache, downloaded there when missing. A
+    gzipped file is checked against the SHA-256 of the published one.
+
+    Args:
+        split: one of ``SPLITS``: ``"train"``, ``"val"``, ``"test_2016_flickr"``,
+            ``"test_2017_flickr"``, ``"test_2017_mscoco"``, ``"test_2018_flickr"``.
+        src: the source language, ``"de"`` or ``"en"``.
+        tgt: the target language, the other one.
+        data_dir: a folder holding ``<split>.<lang>.gz`` (or the decompressed ``<split>.<lang>``).
+        cache_dir: where downloads go; None: :func:`default_cache_dir`.
+
+    Returns:
+        The pairs in the order of the files, each sentence stripped of surrounding whitespace.
+
+    Raises:
+        DataError: an unknown split or language, the same language twice, files of different
+            lengths, or a file that is not UTF-8 or is a damaged gzip file.
+        ChecksumError: a file (or a download) whose bytes are not the published ones; a
+            ``DataError``.
+        DataNotFoundError: the files are neither in the folder given nor in the cache and could
+            not be downloaded; a ``FileNotFoundError``.
+    """
     _check_split(split, src, tgt)
     return load_parallel(
         multi30k_file(split, src, data_dir, cache_dir),

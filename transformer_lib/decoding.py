@@ -31,6 +31,23 @@ def greedy_search(
 
     ``max_lengths`` (N,) caps each output; the state holds N rows on entry. Returns the output
     tokens of each sentence without ``<s>`` and ``</s>``.
+
+    A finished sentence's row is dropped from the state, so a batch costs what its unfinished
+    sentences cost. Beam search with a beam of 1 finds the same tokens.
+
+    Args:
+        state: the model as a :class:`DecoderState` holding N rows, e.g.
+            ``IncrementalDecoder(model, src)`` for a source ``src`` (N, S).
+        bos_id: the first input token, ``<s>``.
+        eos_id: the token that ends an output, ``</s>``.
+        max_lengths: (N,) int64, on the state's device: the most output tokens of each sentence,
+            ``</s>`` included.
+
+    Returns:
+        N lists of token ids, in the order of the state's rows.
+
+    Shape:
+        N the sentences (rows of the state), S the source length.
     """
     n = len(max_lengths)
     outputs: list[list[int]] = [[] for _ in range(n)]
@@ -52,7 +69,7 @@ def greedy_search(
     return outputs
 
 
-# %% book/decoding.md:126 (cell 4)
+# %% book/decoding.md:143 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
     """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
@@ -81,6 +98,30 @@ def beam_search(
     The state holds N rows on entry (one per sentence); the first step runs on them (its k beams
     would all be the same ``<s>``) and the state is then expanded to N * beam_size rows.
     ``max_lengths`` (N,) caps the output tokens of each sentence, ``</s>`` included.
+
+    Of the k * V candidates, the best 2k are looked at: an ending among the best k is finished,
+    the best k that do not end are the next beams; a sentence stops with k finished. They are
+    ranked by log p(Y | X) / ((5 + len(Y)) / 6) ** α, GNMT's length penalty (``</s>`` counted).
+
+    Args:
+        state: the model as a :class:`DecoderState` holding N rows, e.g.
+            ``IncrementalDecoder(model, src)`` for a source ``src`` (N, S).
+        bos_id: the first input token, ``<s>``.
+        eos_id: the token that ends an output, ``</s>``.
+        max_lengths: (N,) int64, on the state's device: the most output tokens of each sentence,
+            ``</s>`` included.
+        beam_size: k, the beams kept for each sentence.
+        alpha: the length penalty's exponent α; 0: plain log-probabilities.
+
+    Returns:
+        The best :class:`Hypothesis` of each sentence, in the order of the state's rows, with
+        its ``tokens`` (without ``<s>`` and ``</s>``), ``log_prob`` and ``score``.
+
+    Raises:
+        ValueError: ``beam_size`` below 1.
+
+    Shape:
+        N the sentences, k the beam size, S the source length, V the target vocabulary.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -138,7 +179,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:221 (cell 6)
+# %% book/decoding.md:262 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -165,7 +206,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:270 (cell 8)
+# %% book/decoding.md:311 (cell 8)
 from transformer_lib.model import _residual
 
 
@@ -260,7 +301,17 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
 # %% book/translating.md:51 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
-    """How translations are searched (§6.1); the defaults are the paper's."""
+    """How translations are searched (§6.1); the defaults are the paper's.
+
+    Attributes:
+        beam_size (int): the beams kept for each sentence; 1: greedy search.
+        alpha (float): the length penalty's exponent (Wu et al., 2016); 0: no penalty.
+        extra_length (int): an output may be this many tokens longer than its input.
+        batch_size (int): sentences searched together.
+
+    Raises:
+        ValueError: ``beam_size`` or ``batch_size`` below 1, negative ``alpha`` or ``extra_length``.
+    """
 
     beam_size: int = 4  # 1: greedy search
     alpha: float = 0.6  # the length penalty's exponent (Wu et al., 2016)
@@ -281,7 +332,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:96 (cell 6)
+# %% book/translating.md:106 (cell 6)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -305,6 +356,27 @@ def translate(
     on its device; the source is padded with ``model.config.pad_id``; the result is in the order
     of ``sentences``. ``decoder_state(model, src (N, S))`` starts the :class:`DecoderState` the
     searches drive; the model needs ``config.max_len`` (the longest input and output) besides.
+
+    An empty line translates to an empty line; a sentence longer than the model's positions is
+    cut to fit, with a warning. A source of n tokens gets at most n + 1 + ``extra_length``
+    decoding steps (``</s>`` counted), and never more than ``config.max_len``.
+
+    Args:
+        model: a :class:`~transformer_lib.model.Transformer`, or a model ``decoder_state`` drives.
+        tokenizer: the tokenizer of the run that trained ``model``.
+        sentences: the source sentences, detokenized text.
+        search: the search's settings; None: ``SearchConfig()``, the paper's.
+        progress: show a tqdm bar over the batches.
+        decoder_state: the searches' state; default: ``IncrementalDecoder``, keys and values cached.
+
+    Returns:
+        One detokenized translation for each sentence, in their order.
+
+    Example:
+        >>> from transformer_lib import load_pretrained, translate
+        >>> model, tokenizer = load_pretrained("multi30k-de-en-laptop")
+        >>> translate(model, tokenizer, ["Zwei Hunde spielen im Schnee."])
+        ['Two dogs play in the snow.']
     """
     search = search or SearchConfig()
     was_training = model.training

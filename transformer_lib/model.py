@@ -25,7 +25,36 @@ def _initialise(name: str, parameter: nn.Parameter) -> None:
 # %% book/model.md:112 (cell 7)
 @dataclass(frozen=True)
 class TransformerConfig:
-    """The model's sizes and choices, with the paper's names (§3, Table 3)."""
+    """The model's sizes and choices, with the paper's names (§3, Table 3).
+
+    The presets ``base()`` and ``big()`` are the paper's two models (Table 3), one vocabulary of
+    37,000 by default, with changes as keywords. Derived, never stored: ``d_k``, ``d_v`` and
+    ``shared_vocabulary`` (whether the source embedding shares the tied matrix too).
+
+    Attributes:
+        src_vocab_size (int): the size of the source vocabulary.
+        tgt_vocab_size (int): the size of the target vocabulary, V_tgt.
+        d_model (int): the width of every layer's input and output.
+        d_ff (int): the hidden width of the feed-forward networks (§3.3).
+        n_heads (int): h, the attention heads.
+        n_layers (int): N, the layers of each stack.
+        dropout (float): P_drop (§5.4).
+        pad_id (int): the padding token of both vocabularies.
+        positional (str): ``"sinusoidal"`` (§3.5), or ``"learned"`` (Table 3, row E), or
+            ``"none"`` (no positions).
+        norm_first (bool): pre-LN layers instead of the paper's post-LN (each stack then ends
+            with a LayerNorm).
+        tie_embeddings (bool): one matrix for embeddings and pre-softmax projection (§3.4); the
+            source embedding shares it only when both vocabularies have one size.
+        max_len (int): the longest sequence the positional encoding covers.
+        key_size (int | None): d_k of queries and keys (Table 3, row B); None: d_model / h.
+        feed_forward (bool): False: layers without the FFN sub-layer (not the paper's model).
+
+    Raises:
+        ValueError: when made, if it cannot build a model: a size or ``max_len`` below 1,
+            ``n_heads`` not dividing ``d_model``, ``key_size`` below 1, an unknown ``positional``,
+            ``dropout`` outside [0, 1), or a ``pad_id`` outside a vocabulary.
+    """
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -73,7 +102,7 @@ class TransformerConfig:
         return cls(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **{**sizes, **changes})
 
 
-# %% book/model.md:193 (cell 11)
+# %% book/model.md:222 (cell 11)
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (§3.3), the same at every position.
 
@@ -89,7 +118,7 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear_2(torch.relu(self.linear_1(x)))
 
 
-# %% book/model.md:239 (cell 15)
+# %% book/model.md:268 (cell 15)
 class Embeddings(nn.Module):
     """Token embeddings multiplied by sqrt(d_model) (§3.4). (B, L) int64 -> (B, L, d_model)."""
 
@@ -103,7 +132,7 @@ class Embeddings(nn.Module):
         return self.lookup(tokens) * self.scale
 
 
-# %% book/model.md:280 (cell 19)
+# %% book/model.md:309 (cell 19)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
 
@@ -117,7 +146,7 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-# %% book/model.md:305 (cell 21)
+# %% book/model.md:334 (cell 21)
 class PositionalEncoding(nn.Module):
     """Adds position information to embeddings, then dropout (§3.5, §5.4): fixed sinusoids,
     a learned table (Table 3, row E), or with ``kind="none"`` nothing.
@@ -150,7 +179,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:436 (cell 29)
+# %% book/model.md:465 (cell 29)
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network, each a residual sub-layer (§3.1).
 
@@ -212,7 +241,7 @@ def _residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:535 (cell 33)
+# %% book/model.md:564 (cell 33)
 class Encoder(nn.Module):
     """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model)."""
 
@@ -256,6 +285,28 @@ class Transformer(nn.Module):
 
     ``forward(src (B, S), tgt (B, T), src_mask=None, tgt_mask=None)`` -> logits (B, T, V_tgt).
     Masks default to padding masks from ``config.pad_id`` (and the causal mask for the target).
+    It holds an ``encoder``, a ``decoder`` and the pre-softmax projection ``generator``, tied as
+    ``config.tie_embeddings`` says (§3.4). Matrices start Xavier-uniform, biases at zero, token
+    embeddings from N(0, 1 / d_model).
+
+    Args:
+        config: the sizes and choices of the model.
+
+    Shape:
+        - B: the batch (sentences)
+        - S: the source length, T: the target length (tokens, padding included)
+        - V_tgt: the target vocabulary's size, ``config.tgt_vocab_size``
+        - d_model: the model's width, ``config.d_model``
+
+    Example:
+        >>> import torch
+        >>> from transformer_lib import Transformer, TransformerConfig
+        >>> config = TransformerConfig(100, 100, d_model=32, d_ff=64, n_heads=4, n_layers=2)
+        >>> model = Transformer(config)
+        >>> src = torch.randint(4, 100, (2, 7))  # (B, S) source ids, no padding
+        >>> tgt = torch.randint(4, 100, (2, 5))  # (B, T) the decoder's input
+        >>> model(src, tgt).shape  # (B, T, V_tgt)
+        torch.Size([2, 5, 100])
     """
 
     def __init__(self, config: TransformerConfig):
@@ -274,7 +325,16 @@ class Transformer(nn.Module):
             self.generator.weight = tgt_embeddings.lookup.weight
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """The memory (B, S, d_model) of source tokens (B, S)."""
+        """The memory (B, S, d_model) of source tokens (B, S): the encoder stack (§3.1).
+
+        Args:
+            src: (B, S) int64 source token ids.
+            src_mask: (B, 1, 1, S) bool, ``True`` = a real token; None: the padding mask from
+                ``config.pad_id``.
+
+        Returns:
+            The memory (B, S, d_model), which every layer of the decoder attends to.
+        """
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
         return self.encoder(src, src_mask)
@@ -288,6 +348,22 @@ class Transformer(nn.Module):
         ``src_mask`` that :meth:`encode` used (None only for a source without padding). With
         ``cache`` (a dict, empty for the first call) the decoder runs incrementally: each
         call passes only the new tokens, and earlier positions are read from the cache.
+
+        Args:
+            tgt: (B, T) int64 target token ids, ``<s>`` first; with ``cache``, only the new
+                positions.
+            memory: (B, S, d_model), from :meth:`encode`.
+            src_mask: (B, 1, 1, S) bool, ``True`` = a real source token; or None.
+            tgt_mask: bool, broadcasts to (B, h, T, T), ``True`` = may attend; None: the padding
+                and causal masks together (without ``cache``; with it, no mask, since no later
+                position exists to hide).
+            cache: a dict the caller owns and passes again at each call; None: no cache.
+            need_weights: keep each attention's weights in its ``weights``: (B, h, T, T) in
+                self-attention, (B, h, T, S) in encoder-decoder attention.
+
+        Returns:
+            Decoder states (B, T, d_model), before the pre-softmax projection
+            (``model.generator``).
         """
         if tgt_mask is None and cache is None:
             causal = subsequent_mask(tgt.shape[1], tgt.device)
@@ -295,6 +371,20 @@ class Transformer(nn.Module):
         return self.decoder(tgt, memory, src_mask, tgt_mask, cache, need_weights)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> Tensor:
+        """Logits of the next target token at every position: the whole of Figure 1.
+
+        Args:
+            src: (B, S) int64 source token ids.
+            tgt: (B, T) int64 decoder input, ``<s> y_1 ... y_m`` (the target shifted right).
+            src_mask: (B, 1, 1, S) bool, ``True`` = a real token; None: the padding mask from
+                ``config.pad_id``.
+            tgt_mask: bool, broadcasts to (B, h, T, T); None: the padding and causal masks
+                together.
+
+        Returns:
+            Logits (B, T, V_tgt), not probabilities (the loss and the searches apply the
+            (log-)softmax themselves).
+        """
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
         memory = self.encode(src, src_mask)

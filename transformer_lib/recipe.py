@@ -232,6 +232,40 @@ def train_translation(
     ``out`` receives ``config.json``, ``metrics.jsonl``, ``tokenizer.json`` and ``checkpoints/``.
     With ``resume`` the run continues from ``out/checkpoints/last.pt``; ``time_limit`` (seconds)
     stops this call early with a checkpoint to resume from. Returns train()'s summary.
+
+    The recipe reads and checks the data first, learns the shared byte-pair vocabulary (§5.1) of
+    the training pairs (or reuses ``out/tokenizer.json``), leaves out training pairs longer than
+    the profile's ``max_len`` tokens, and trains with :func:`~transformer_lib.training.train`;
+    every checkpoint carries the tokenizer, so that a checkpoint alone can translate.
+
+    Args:
+        profile: ``"ci"``, ``"laptop"`` or ``"full"`` (``PROFILES``), or a ``Profile`` of one's
+            own: the model's sizes, the training settings and the vocabulary's size.
+        src: the source language (``"de"`` or ``"en"`` for Multi30k).
+        tgt: the target language, another one.
+        out: the run's folder.
+        data_dir: a folder holding the Multi30k files (see
+            :func:`~transformer_lib.data.load_multi30k`).
+        corpus: a ``ParallelCorpus`` of aligned training and validation files, instead of
+            Multi30k.
+        resume: continue the run in ``out``.
+        max_steps: replaces the profile's number of updates.
+        time_limit: seconds after which this call stops, with a checkpoint to resume from.
+        device: where to train; None: CUDA if available, else the CPU.
+        progress: show a tqdm bar.
+
+    Returns:
+        The summary of :func:`~transformer_lib.training.train`, with ``step``, ``epoch``,
+        ``wall_s``, ``elapsed_s``, ``valid`` and ``finished``.
+
+    Raises:
+        RecipeError: an unknown profile, the same language twice, ``out`` holding a run without
+            ``resume`` or not writable, ``max_steps`` below 1, or another number of processes
+            than the profile trains with.
+        FileNotFoundError: ``resume`` without ``out/checkpoints/last.pt``.
+        DataError: data that cannot be read (see :func:`~transformer_lib.data.load_multi30k`),
+            or no training pair short enough to train on.
+        CheckpointError: a run to resume that was written with other settings.
     """
     name, profile = _named_profile(profile)
     if src == tgt:
@@ -289,7 +323,7 @@ def train_translation(
     )
 
 
-# %% book/runs.md:578 (cell 16)
+# %% book/runs.md:612 (cell 16)
 def library_hash() -> str:
     """A hash of every module of the library: the identity of the code that trains a run.
 

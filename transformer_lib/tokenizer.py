@@ -41,7 +41,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:373 (cell 19)
+# %% book/data_pipeline.md:397 (cell 19)
 import os
 from pathlib import Path
 
@@ -56,6 +56,22 @@ class BPETokenizer:
     ``</s>``. ``decode`` stops at the first ``</s>``, skips special tokens and returns the
     detokenized text, ready for sacreBLEU: ``decode(encode(text)) == text`` for any text that does
     not start with whitespace.
+
+    Ids 0 to 3 are the special tokens ``<pad>``, ``<s>``, ``</s>`` and ``<unk>``, fixed for every
+    model of the book. Text such as ``"<s>"`` inside a sentence is ordinary text, never a control
+    token. Make one with :meth:`train` or :meth:`load` (or ``from_json``, from a checkpoint).
+
+    Args:
+        tokenizer: a ``tokenizers.Tokenizer`` with the four special tokens at their ids.
+
+    Raises:
+        DataError: a special token of ``tokenizer`` is not at its id.
+
+    Example:
+        >>> from transformer_lib import BPETokenizer
+        >>> bpe = BPETokenizer.train(["Ein Hund läuft.", "A dog runs."] * 20, vocab_size=300)
+        >>> bpe.decode(bpe.encode("A dog runs."))
+        'A dog runs.'
     """
 
     def __init__(self, tokenizer: Tokenizer):
@@ -73,7 +89,18 @@ class BPETokenizer:
     def train(
         cls, sentences: Iterable[str], vocab_size: int = VOCAB_SIZE, min_frequency: int = 2
     ) -> "BPETokenizer":
-        """A vocabulary learned by :func:`learn_bpe` (see there for the arguments)."""
+        """A vocabulary learned by :func:`learn_bpe` from ``sentences`` (§5.1).
+
+        Args:
+            sentences: the training text, one sentence each; both languages, for the shared
+                vocabulary.
+            vocab_size: the symbols wanted, special tokens and the 256 bytes included.
+            min_frequency: a pair seen fewer times is never merged, so a small corpus may yield
+                fewer than ``vocab_size`` symbols.
+
+        Raises:
+            DataError: ``vocab_size`` is too small to hold the special tokens and the 256 bytes.
+        """
         smallest = len(SPECIAL_TOKENS) + len(_BYTE_ALPHABET)
         if vocab_size < smallest:
             raise DataError(f"vocab_size must be at least {smallest}, got {vocab_size}")
@@ -81,7 +108,16 @@ class BPETokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "BPETokenizer":
-        """A tokenizer saved by :meth:`save` (the ``tokenizers`` JSON format)."""
+        """A tokenizer saved by :meth:`save` (the ``tokenizers`` JSON format).
+
+        Args:
+            path: the JSON file.
+
+        Raises:
+            FileNotFoundError: there is no file at ``path``.
+            DataError: the file is not a ``tokenizers`` JSON file, or its special tokens are not
+                at their ids.
+        """
         if not Path(path).is_file():
             raise FileNotFoundError(f"no tokenizer file at {path}; train one and save() it first")
         try:
@@ -104,31 +140,66 @@ class BPETokenizer:
         return self.tokenizer.to_str()
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the vocabulary and merges as JSON, atomically (a temporary file, then rename)."""
+        """Write the vocabulary and merges as JSON, atomically (a temporary file, then rename).
+
+        Args:
+            path: the file to write; :meth:`load` reads it back.
+        """
         with atomic_file(path) as file:
             file.write(self.to_json())
 
     @property
     def vocab_size(self) -> int:
+        """The number of ids, special tokens included: the model's V."""
         return self.tokenizer.get_vocab_size()
 
     def token_to_id(self, token: str) -> int | None:
+        """The id of one symbol of the vocabulary, e.g. ``"</s>"`` -> 2; None if it has none."""
         return self.tokenizer.token_to_id(token)
 
     def encode(self, text: str) -> list[int]:
-        """The ids of one sentence, without ``<s>`` or ``</s>``."""
+        """The ids of one sentence, without ``<s>`` or ``</s>``.
+
+        Args:
+            text: one sentence; any text can be encoded (the vocabulary holds every byte).
+
+        Returns:
+            Its token ids, a list of ints.
+        """
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """``encode`` for many sentences at once, in parallel threads inside ``tokenizers``."""
+        """``encode`` for many sentences at once, in parallel threads inside ``tokenizers``.
+
+        Args:
+            texts: the sentences.
+
+        Returns:
+            One list of ids for each sentence, in their order.
+        """
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [e.ids for e in encodings]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids`` (a list or a 1-D tensor) up to the first ``</s>``."""
+        """The text of ``ids`` (a list or a 1-D tensor) up to the first ``</s>``.
+
+        Args:
+            ids: token ids, e.g. a search's output; special tokens are skipped.
+
+        Returns:
+            The detokenized text, ready for sacreBLEU.
+        """
         return self.decode_batch([ids])[0]
 
     def decode_batch(self, sequences: Iterable[Sequence[int]]) -> list[str]:
+        """:meth:`decode` for many sequences at once.
+
+        Args:
+            sequences: lists or 1-D tensors of token ids, e.g. the rows of a (B, T) tensor.
+
+        Returns:
+            One text for each sequence, in their order.
+        """
         kept = []
         for ids in sequences:
             ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)

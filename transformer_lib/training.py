@@ -53,7 +53,27 @@ def label_smoothed_loss(
 # %% book/training.md:331 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
-    """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business."""
+    """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business.
+
+    Attributes:
+        max_steps (int): optimizer updates; the paper's base model trains for 100k.
+        warmup_steps (int): the warm-up of formula (3).
+        lr_scale (float): multiplies formula (3); 1.0 is the paper's schedule.
+        cooldown_steps (int | None): the last N updates ramp the rate down; None: the paper's.
+        betas (tuple[float, float]): Adam's beta_1 and beta_2 (§5.3).
+        eps (float): Adam's epsilon (§5.3).
+        label_smoothing (float): epsilon_ls (§5.4).
+        max_tokens (int): padded tokens per batch and process, for source and for target.
+        accumulation (int): batches per update: k batches on one GPU act like k GPUs.
+        clip_grad_norm (float | None): the paper clips nothing; an option for small data.
+        log_every (int): updates between lines of ``metrics.jsonl``.
+        checkpoint_every (int): updates between checkpoints.
+        keep_checkpoints (int): ``step-N.pt`` files kept beside ``last.pt`` (the paper averages 5).
+        validate_every (int | None): updates between validations; None: after each epoch.
+        seed (int): seeds Python, NumPy and PyTorch (plus the rank, for dropout).
+        bf16 (bool): bf16 autocast on CUDA; the CPU always trains in float32.
+        products (str | None): ``"onednn"``: a CPU's linear layers by oneDNN (chapter Performance).
+    """
 
     max_steps: int = 100_000  # optimizer updates; the paper's base model trains for 100k
     warmup_steps: int = 4000  # formula (3)
@@ -78,7 +98,7 @@ class TrainingConfig:
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:374 (cell 23)
+# %% book/training.md:394 (cell 23)
 def update_step(
     network: nn.Module,
     group: Sequence,
