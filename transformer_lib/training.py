@@ -482,6 +482,40 @@ def train(
     of some validation sentences) to each validation record; it sees the model in eval mode. Two
     clocks go into the metrics: ``wall_s`` counts the updates alone, ``elapsed_s`` everything the
     loop did (validation and checkpoints included); both add up over resumed calls.
+
+    Args:
+        model: called as ``model(src, tgt_in, src_mask, tgt_mask)``, it returns logits (B, T, V).
+        batches: ``batches(epoch)``, this process's batches of that epoch: each with ``src``
+            (B, S), ``tgt_in`` and ``tgt_out`` (B, T) int64, ``src_mask``, ``tgt_mask`` and a
+            ``.to(device)``, as :func:`~transformer_lib.batching.make_batches` makes them.
+        config: how to train.
+        run_dir: the run's folder, created if needed.
+        d_model: the model's width, for the learning rate of formula (3).
+        pad_id: the padding id of ``tgt_out``, left out of the loss.
+        valid_batches: batches to measure the validation loss and perplexity on; None: none.
+        valid_metrics: ``valid_metrics(model)`` -> a dict of further validation figures
+            (with ``valid_batches`` only).
+        model_config: the model's configuration dataclass, stored and checked on resume.
+        metadata: a JSON-able description of the run, stored and checked on resume.
+        attachments: entries added to every checkpoint as they are.
+        resume: continue from ``run_dir/checkpoints/last.pt``.
+        time_limit: seconds after which this call stops, after a whole update and a checkpoint.
+        device: where to train; None: CUDA if available, else the CPU.
+        progress: show a tqdm bar (on rank 0).
+
+    Returns:
+        A summary: ``step`` and ``epoch`` reached, ``wall_s`` and ``elapsed_s``, ``valid`` (the
+        last validation record, or None) and ``finished`` (whether ``max_steps`` was reached).
+
+    Raises:
+        FileExistsError: ``run_dir`` already holds a run and ``resume`` is False.
+        FileNotFoundError: ``resume`` without ``checkpoints/last.pt``.
+        CheckpointError: the checkpoint to resume is unreadable, differs from this call in a
+            setting that may not change, or was written by another number of processes.
+        ValueError: ``batches(epoch)`` returned no batch.
+
+    Shape:
+        B the batch, S the source length, T the target length, V the target vocabulary.
     """
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     products = onednn_products(config.products, device)  # None: PyTorch's (chapter Performance)
