@@ -7,7 +7,7 @@ package is cheap: it imports nothing heavy, so ``python -m transformer_lib --hel
 
 from importlib.metadata import PackageNotFoundError, version
 
-__all__ = ["load_pretrained"]
+__all__ = ["TransformerLibError", "load_pretrained"]
 
 try:
     __version__ = version("transformer_lib")
@@ -16,8 +16,13 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 
 
 def __getattr__(name: str):
-    """``transformer_lib.load_pretrained``, imported on first use so that importing the package
+    """``transformer_lib.load_pretrained`` and ``transformer_lib.TransformerLibError`` (the base
+    class of the errors a user can fix), imported on first use so that importing the package
     stays cheap."""
+    if name == "TransformerLibError":
+        from transformer_lib.errors import TransformerLibError
+
+        return TransformerLibError
     if name == "load_pretrained":
         from transformer_lib.pretrained import load_pretrained
 

@@ -41,7 +41,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:373 (cell 19)
+# %% book/data_pipeline.md:374 (cell 19)
 import os
 from pathlib import Path
 
