@@ -15,6 +15,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))  # tools/ is not a package; its scripts are imported by name
 
+# The tests never write into the user's caches (~/.cache/transformer_lib), unless the caller
+# names them. Runs trained by ``recipe.cached_run`` go to the repository's own _build/runs (git
+# ignores it, ``make clean`` removes it): one folder for every pytest worker and every chapter
+# kernel, kept between sessions, so that a run is trained once and the chapters share it. The
+# data is read from the folder the tests use (helpers.MULTI30K), never downloaded into the cache.
+if not os.environ.get("TRANSFORMER_LIB_RUNS"):
+    os.environ["TRANSFORMER_LIB_RUNS"] = str(ROOT / "_build" / "runs")
+if not os.environ.get("TRANSFORMER_LIB_DATA"):
+    os.environ["TRANSFORMER_LIB_DATA"] = str(ROOT.parent / "shared" / "data" / "multi30k")
+
 
 @pytest.fixture
 def multi30k() -> Path:

@@ -11,11 +11,19 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from transformer_lib import cli, engine, evaluation
 from transformer_lib.book.report import ReportError
+from transformer_lib.book.variations import SweepError
 from transformer_lib.checkpoints import CheckpointError
 from transformer_lib.data import ChecksumError, DataError, DataNotFoundError
+from transformer_lib.engine import EngineError
+from transformer_lib.errors import TransformerLibError
+from transformer_lib.export import ExportError
+from transformer_lib.onednn import OneDNNError
+from transformer_lib.pretrained import ModelNotFoundError, PretrainedError
+from transformer_lib.recipe import RecipeError
 
 
 def average_raising(monkeypatch, tmp_path, error, *options):
@@ -56,7 +64,6 @@ USERS_ERRORS = [
     "error,line", USERS_ERRORS, ids=[type(e).__name__ for e, _ in USERS_ERRORS]
 )
 def test_an_error_of_the_users_is_one_line_and_status_2(monkeypatch, tmp_path, capsys, error, line):
-    assert cli.is_user_error(error)
     assert average_raising(monkeypatch, tmp_path, error) == 2
     captured = capsys.readouterr()
     assert captured.err == f"error: {line}\n" and captured.out == ""
@@ -67,11 +74,44 @@ def test_an_error_of_the_users_is_one_line_and_status_2(monkeypatch, tmp_path, c
     [RuntimeError("a bug"), ValueError("a plain ValueError"), KeyError("model"), TypeError()],
 )
 def test_any_other_exception_is_a_bug_and_propagates(monkeypatch, tmp_path, capsys, error):
-    assert not cli.is_user_error(error)
     with pytest.raises(type(error)) as raised:
         average_raising(monkeypatch, tmp_path, error)
     assert raised.value is error
     assert "error:" not in capsys.readouterr().err
+
+
+# Every error a user can fix, with the built-in class that code may already catch it as.
+USERS_CLASSES = [
+    (cli.UsageError, ValueError),
+    (DataError, ValueError),
+    (ChecksumError, ValueError),
+    (DataNotFoundError, FileNotFoundError),
+    (CheckpointError, ValueError),
+    (RecipeError, ValueError),
+    (ReportError, ValueError),
+    (PretrainedError, ValueError),
+    (ModelNotFoundError, FileNotFoundError),
+    (EngineError, ValueError),
+    (ExportError, ValueError),
+    (OneDNNError, RuntimeError),
+    (SweepError, ValueError),
+]
+
+
+@pytest.mark.parametrize("kind,builtin", USERS_CLASSES, ids=[k.__name__ for k, _ in USERS_CLASSES])
+def test_every_error_of_the_users_has_the_one_base_and_its_builtin_class(
+    monkeypatch, tmp_path, capsys, kind, builtin
+):
+    assert issubclass(kind, TransformerLibError) and issubclass(kind, builtin)
+    assert average_raising(monkeypatch, tmp_path, kind("a mistake")) == 2
+    assert capsys.readouterr().err == "error: a mistake\n"
+
+
+def test_the_base_is_the_packages_public_name():
+    import transformer_lib
+
+    assert transformer_lib.TransformerLibError is TransformerLibError
+    assert "TransformerLibError" in transformer_lib.__all__
 
 
 def test_debug_prints_the_traceback_and_still_exits_2(monkeypatch, tmp_path, capsys):
@@ -243,3 +283,50 @@ def test_translate_input_that_is_not_utf8_is_one_line(monkeypatch, capsys, tmp_p
     assert cli.main(["translate", "--checkpoint", str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: standard input is not UTF-8 text") and len(err.splitlines()) == 1
+
+
+# --- a --device that this machine does not have is one line, before any model loads.
+
+
+def run_program(*arguments: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "transformer_lib", *arguments],
+        input=stdin,
+        capture_output=True,
+        text=True,
+    )
+
+
+def assert_one_line(result: subprocess.CompletedProcess, message: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_device_cuda_without_a_gpu_is_one_line_and_status_2(tmp_path, command):
+    options = ["--model", "multi30k-de-en-laptop", "--device", "cuda"]
+    if command == "evaluate":
+        options += ["--limit", "1", "--quiet", "--out", str(tmp_path / "scores.json")]
+    result = run_program(command, *options, stdin="Ein Hund.\n")
+    assert_one_line(result, "--device cuda: this machine has no CUDA GPU")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "device,message",
+    [("gpu", "--device gpu is not a device"), ("cuda:99", "--device cuda:99: this machine has")],
+)
+def test_a_device_this_machine_lacks_is_one_line(device, message):
+    result = run_program("translate", "--model", "multi30k-de-en-laptop", "--device", device)
+    assert_one_line(result, message)
+
+
+def test_the_device_check_accepts_the_cpu_and_the_default(monkeypatch):
+    from transformer_lib.usage import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert check_device(None) == "cpu" and check_device("cpu") == "cpu"

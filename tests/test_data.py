@@ -180,6 +180,23 @@ def test_bad_download_leaves_nothing_good_download_lands(no_env, monkeypatch):
     assert multi30k_file("val", "de") == path and len(calls) == 2
 
 
+def test_a_cached_file_damaged_later_is_checked_again_and_not_used(no_env, monkeypatch):
+    """The cache is checked on every use, not only on download: a file that changed in the cache
+    (a disk error, a partial copy, an edit) is refused with a message that says to delete it."""
+    payload = b"pretend these are the published bytes"
+    monkeypatch.setitem(MULTI30K_SHA256, "val.de.gz", hashlib.sha256(payload).hexdigest())
+    calls = []
+    monkeypatch.setattr(data, "urlopen", fake_urlopen(payload, calls))
+    path = multi30k_file("val", "de")
+    assert path.read_bytes() == payload and len(calls) == 1
+    path.write_bytes(payload[:-1] + b"!")  # one byte changed, after the download
+    with pytest.raises(ChecksumError, match=r"val\.de\.gz does not have the SHA-256.*Delete it"):
+        multi30k_file("val", "de")
+    assert len(calls) == 1  # neither downloaded again nor silently replaced
+    path.unlink()  # as the message says: the next use downloads it again
+    assert multi30k_file("val", "de").read_bytes() == payload and len(calls) == 2
+
+
 def test_checksum_mismatch_names_the_file(tmp_path, monkeypatch):
     monkeypatch.delenv(data.DATA_ENV, raising=False)
     write_gz(tmp_path / "val.de.gz", ["Ein Hund."])

@@ -180,20 +180,30 @@ def test_attention_labels_fit_the_model_that_wrote_them(tiny_report):
         assert torch.allclose(decoder.sum(-1), torch.ones(()), atol=5e-4 * len(out))
 
 
+def own_copy(tiny_report: Path, tmp_path: Path) -> Path:
+    """A copy of the tiny report's folder (work and report) for a test that runs the script again:
+    the module's report stays as the script wrote it, whatever order the tests run in."""
+    tmp = tmp_path / "real-run"
+    shutil.copytree(tiny_report.parent, tmp)
+    return tmp
+
+
 @pytest.mark.slow
 def test_running_again_after_the_report_rewrites_it_without_training(tiny_report, tmp_path):
-    tmp = tiny_report.parent
+    tmp = own_copy(tiny_report, tmp_path)
     again = script(*tiny_options(tmp))
     assert again.returncode == 0, again.stderr
     assert "trained to step" not in again.stdout  # nothing left to train
-    assert read_report(tiny_report)["manifest"]["commands"][-1].count("--time-limit") == 0
+    commands = read_report(tmp / "report")["manifest"]["commands"]
+    assert len(commands) == 3 and commands[-1].count("--time-limit") == 0
+    assert len(read_report(tiny_report)["manifest"]["commands"]) == 2  # the module's, untouched
 
 
 @pytest.mark.slow
-def test_search_options_reach_the_report(tiny_report):
+def test_search_options_reach_the_report(tiny_report, tmp_path):
     """--beam, --alpha and --extra-length travel as one SearchConfig into the report (the limit
     itself is tested in test_decoding.py)."""
-    tmp = tiny_report.parent
+    tmp = own_copy(tiny_report, tmp_path)
     options = tiny_options(tmp, "--beam", "1", "--alpha", "0", "--extra-length", "2")
     options[options.index("--results") + 1] = str(tmp / "greedy")
     done = script(*options)

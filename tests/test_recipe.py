@@ -4,6 +4,8 @@ hash, found again without training, and an interrupted one is finished.
 A tiny profile on the first few hundred Multi30k pairs keeps each training to a few seconds.
 """
 
+import dataclasses
+import os
 import re
 import shutil
 from pathlib import Path
@@ -13,7 +15,7 @@ from helpers import MULTI30K, require_multi30k
 
 import transformer_lib
 from transformer_lib import recipe
-from transformer_lib.checkpoints import load_checkpoint
+from transformer_lib.checkpoints import CheckpointError, load_checkpoint
 from transformer_lib.data import load_multi30k
 from transformer_lib.model import TransformerConfig
 from transformer_lib.tokenizer import VOCAB_SIZE
@@ -114,6 +116,40 @@ def test_an_interrupted_run_is_finished(tiny, data_dir, monkeypatch):
     assert recipe.cached_run("tiny", "de", "en", data_dir=data_dir) == run
     assert [call["resume"] for call in calls] == [True]
     assert steps(run) == TINY.training.max_steps
+
+
+@needs_data
+@pytest.mark.parametrize("changed", ["model", "languages"])
+def test_a_resume_with_another_model_or_language_pair_is_refused(
+    tiny, data_dir, monkeypatch, changed
+):
+    """The same profile's name, but another model (its dropout: the weights would load) or the
+    other direction: the run folder's checkpoint refuses to be continued by either."""
+    out = tiny / "run"
+    recipe.train_translation(
+        "tiny", "de", "en", out, data_dir=data_dir, max_steps=2, progress=False
+    )
+    src, tgt, message = "de", "en", "model.dropout: 0.1 in the checkpoint, 0.2 now"
+    if changed == "model":
+        model = dataclasses.replace(TINY.model, dropout=0.2)
+        monkeypatch.setitem(recipe.PROFILES, "tiny", dataclasses.replace(TINY, model=model))
+    else:
+        src, tgt, message = "en", "de", "'src': 'de', 'tgt': 'en'"
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        recipe.train_translation(
+            "tiny", src, tgt, out, data_dir=data_dir, resume=True, progress=False
+        )
+    assert steps(out) == 2  # nothing was trained
+
+
+def test_the_tests_never_train_into_the_users_cache():
+    """conftest.py names the session's runs folder (unless the caller did): a chapter or a test
+    that calls cached_run without a runs_dir trains there, never in ~/.cache."""
+    runs = recipe.default_runs_dir()
+    assert runs == Path(os.environ["TRANSFORMER_LIB_RUNS"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer_lib"
+    assert runs != cache / "runs"
+    assert os.environ["TRANSFORMER_LIB_DATA"]  # the data is read, never downloaded into the cache
 
 
 def test_an_unknown_profile_names_the_choices(tiny):

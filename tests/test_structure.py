@@ -45,6 +45,7 @@ LIBRARY_MODULES = [module for module in MODULES if not is_book(module)]
 # after the whole library: it may use any of it, and the library never uses it.
 LAYERS = [
     ["__init__"],  # the package itself: its version, and its public names on first use
+    ["errors"],  # the one base class of the errors a user can fix
     # atomic files, commit, machine; the user's mistakes on the command line: they know nothing
     # of the model or the data
     ["provenance", "usage"],

@@ -1,9 +1,11 @@
 """Training (§5): the schedule against formula (3), label smoothing against a written-out
 computation, checkpoints that survive crashes and refuse code, and exact resumption."""
 
+import dataclasses
 import json
 import math
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -324,6 +326,51 @@ def test_a_checkpoint_from_another_configuration_is_refused(tmp_path):
     run(tmp_path, 5)
     with pytest.raises(CheckpointError, match="label_smoothing"):
         run(tmp_path, 10, resume=True, label_smoothing=0.2)
+
+
+DE_EN = {"data": "multi30k", "src": "de", "tgt": "en", "profile": "ci"}
+
+
+def described_run(tmp_path, max_steps, resume, model_config, metadata):
+    """A toy run that records ``model_config`` and ``metadata`` as its configuration."""
+    torch.manual_seed(0)
+    model = ToyModel()
+    config = TrainingConfig(max_steps=max_steps, warmup_steps=4, checkpoint_every=5)
+    return training.train(
+        model,
+        toy_batches,
+        config,
+        tmp_path / "run",
+        d_model=model.d_model,
+        pad_id=0,
+        model_config=model_config,
+        metadata=metadata,
+        resume=resume,
+        device="cpu",
+        progress=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "changed,message",
+    [
+        ("model", "model.dropout: 0.1 in the checkpoint, 0.3 now"),
+        ("languages", "'src': 'de'"),
+    ],
+)
+def test_a_resume_with_another_model_or_language_pair_is_refused(tmp_path, changed, message):
+    """Each check on its own: the weights would load either way (the toy model's shapes do not
+    change), so without the check the resumed run would silently continue another run."""
+    model_config = ToyModel().config
+    described_run(tmp_path, 5, False, model_config, DE_EN)
+    if changed == "model":
+        other = (dataclasses.replace(model_config, dropout=0.3), DE_EN)
+    else:
+        other = (model_config, {**DE_EN, "src": "en", "tgt": "de"})
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        described_run(tmp_path, 10, True, *other)
+    # The same model and languages resume.
+    assert described_run(tmp_path, 10, True, model_config, DE_EN)["step"] == 10
 
 
 def kill_after(tmp_path, name: str, step: int, killed: str) -> None:

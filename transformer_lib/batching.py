@@ -121,7 +121,7 @@ def plan_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:605 (cell 24)
+# %% book/data_pipeline.md:606 (cell 24)
 def _check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int) -> None:
     """Refuse what plan_batches cannot plan: no process, fewer pairs than processes, or a pair
     longer than the budget on either side (named, with what to do)."""

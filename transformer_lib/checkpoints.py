@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from transformer_lib.errors import TransformerLibError
 from transformer_lib.provenance import atomic_file
 
 
-class CheckpointError(ValueError):
+class CheckpointError(TransformerLibError, ValueError):
     """A checkpoint that cannot be used: unreadable, from another configuration, or incomplete."""
 
 
@@ -90,7 +91,7 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all([cuda.cpu() for cuda in state["cuda"]])
 
 
-# %% book/checkpoints.md:182 (cell 10)
+# %% book/checkpoints.md:183 (cell 10)
 def write_checkpoint(state: dict, folder: Path, keep: int) -> Path:
     """Save ``state`` as ``folder/step-<N>.pt``, point ``last.pt`` at it, keep the last ``keep``."""
     path = folder / f"step-{state['step']}.pt"

@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 from urllib.request import urlopen
 
+from transformer_lib.errors import TransformerLibError
 from transformer_lib.provenance import atomic_file
 
 DATA_ENV = "TRANSFORMER_LIB_DATA"  # a directory holding the Multi30k files, used as is
@@ -42,7 +43,7 @@ MULTI30K_SHA256 = {
 }
 
 
-class DataError(ValueError):
+class DataError(TransformerLibError, ValueError):
     """Data that exists but cannot be used: a bad checksum, misaligned files, a bad option."""
 
 
@@ -50,7 +51,7 @@ class ChecksumError(DataError):
     """A file's SHA-256 differs from the one recorded for it."""
 
 
-class DataNotFoundError(FileNotFoundError):
+class DataNotFoundError(TransformerLibError, FileNotFoundError):
     """The data is neither where the caller said nor in the cache, and could not be downloaded."""
 
 

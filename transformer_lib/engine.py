@@ -15,12 +15,13 @@ import torch
 from tqdm import tqdm
 
 from transformer_lib.decoding import SearchConfig, length_penalty
+from transformer_lib.errors import TransformerLibError
 
 INSTALL = "pip install 'transformer_lib[fast]' (or: pip install ctranslate2)"
 QUANTIZE = (None, "int8")  # the weights' precision: float32 as trained, or 8-bit integers
 
 
-class EngineError(ValueError):
+class EngineError(TransformerLibError, ValueError):
     """CTranslate2 is not installed, or cannot represent the model given."""
 
 
@@ -35,7 +36,7 @@ def require_ctranslate2():
     return ctranslate2
 
 
-# %% book/inference_engine.md:135 (cell 5)
+# %% book/inference_engine.md:136 (cell 5)
 def _array(tensor: torch.Tensor):
     """A float32 NumPy copy, as CTranslate2's specification holds its weights."""
     return tensor.detach().to("cpu", torch.float32).numpy().copy()
@@ -81,7 +82,7 @@ def _check_convertible(model, tokenizer) -> None:
         )
 
 
-# %% book/inference_engine.md:182 (cell 6)
+# %% book/inference_engine.md:183 (cell 6)
 def vocabulary(tokenizer) -> list[str]:
     """The tokenizer's pieces in id order: CTranslate2 knows a token by its place in this list."""
     return [tokenizer.tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
@@ -153,7 +154,7 @@ def convert_to_ctranslate2(
     return folder
 
 
-# %% book/inference_engine.md:263 (cell 8)
+# %% book/inference_engine.md:264 (cell 8)
 class CTranslate2Translator:
     """Our model run by CTranslate2: ``translate`` with the rules of the decoding chapter's
     ``translate`` (same tokenizer, length limits and batching), and ``score``.
@@ -263,7 +264,7 @@ class CTranslate2Translator:
         return [list(result.log_probs) for result in found]
 
 
-# %% book/inference_engine.md:374 (cell 9)
+# %% book/inference_engine.md:375 (cell 9)
 from collections.abc import Callable
 
 from transformer_lib.decoding import IncrementalDecoder, translate
@@ -290,7 +291,7 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-# %% book/inference_engine.md:890 (cell 31)
+# %% book/inference_engine.md:891 (cell 31)
 import torch.nn.functional as F
 from torch import Tensor
 

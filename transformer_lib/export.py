@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib.attention import padding_mask
+from transformer_lib.errors import TransformerLibError
 from transformer_lib.model import Transformer
 
 SERVED_LENGTH = 256  # positions the graphs hold: a source of 255 pieces and </s>; outputs as long
@@ -36,7 +37,7 @@ DECODER_OUTPUTS = (
 )
 
 
-class ExportError(ValueError):
+class ExportError(TransformerLibError, ValueError):
     """A model that cannot be exported as asked, or a folder without what the export needs."""
 
 
@@ -113,7 +114,7 @@ class DecoderStepGraph(nn.Module):
         )
 
 
-# %% book/export.md:207 (cell 6)
+# %% book/export.md:208 (cell 6)
 def serving_copy(model: Transformer, served_length: int = SERVED_LENGTH) -> Transformer:
     """A copy of ``model`` in eval mode whose position table has ``served_length`` rows."""
     config = model.config
@@ -203,7 +204,7 @@ def export_graphs(
     return [folder / name for name in GRAPHS]
 
 
-# %% book/export.md:321 (cell 8)
+# %% book/export.md:322 (cell 8)
 def _own_weight_for_each_gemm(graph) -> int:
     """Give each Gemm whose weight another operator reads too a copy of its own (the quantizer
     transposes a Gemm's weight in place); returns how many copies it made."""
@@ -239,7 +240,7 @@ def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None
             quantize_dynamic(untied, target, weight_type=QuantType.QUInt8)
 
 
-# %% book/export.md:367 (cell 10)
+# %% book/export.md:368 (cell 10)
 class OnnxDecoder:
     """A decoder state (see the decoding chapter) that runs the two graphs with onnxruntime.
 

@@ -391,7 +391,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
 
 
-# %% book/command_line.md:833 (cell 30)
+# %% book/command_line.md:852 (cell 31)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 

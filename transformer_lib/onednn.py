@@ -11,8 +11,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from transformer_lib.errors import TransformerLibError
 
-class OneDNNError(RuntimeError):
+
+class OneDNNError(TransformerLibError, RuntimeError):
     """This PyTorch cannot reach oneDNN."""
 
 

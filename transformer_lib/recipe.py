@@ -23,12 +23,13 @@ from transformer_lib.batching import BatchesByLength, encode_pairs, make_batches
 from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.data import DataError, load_multi30k, load_parallel
 from transformer_lib.decoding import SearchConfig, translate
+from transformer_lib.errors import TransformerLibError
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import PAD_ID, VOCAB_SIZE, BPETokenizer
 from transformer_lib.training import TrainingConfig, train
 
 
-class RecipeError(ValueError):
+class RecipeError(TransformerLibError, ValueError):
     """A run that cannot be made as asked: an unknown profile, a folder it cannot use, the wrong
     number of processes."""
 
@@ -323,7 +324,7 @@ def train_translation(
     )
 
 
-# %% book/runs.md:612 (cell 16)
+# %% book/runs.md:613 (cell 16)
 def library_hash() -> str:
     """A hash of every module of the library: the identity of the code that trains a run.
 

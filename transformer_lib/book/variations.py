@@ -12,13 +12,14 @@ from dataclasses import dataclass
 import torch
 
 from transformer_lib.book.recurrent import RecurrentConfig, RecurrentTranslator
+from transformer_lib.errors import TransformerLibError
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.provenance import jsonable
 from transformer_lib.tokenizer import PAD_ID
 from transformer_lib.training import TrainingConfig
 
 
-class SweepError(ValueError):
+class SweepError(TransformerLibError, ValueError):
     """A sweep that cannot go on as asked: an unknown variant, or results made otherwise."""
 
 
@@ -60,7 +61,7 @@ class SweepProfile:
     minutes: float = 25.0  # the wall time of the whole sweep it is sized for, on that device
 
 
-# %% book/sweep.md:314 (cell 14)
+# %% book/sweep.md:315 (cell 14)
 def build_model(config: TransformerConfig | RecurrentConfig) -> torch.nn.Module:
     """The Transformer or the LSTM baseline that ``config`` describes."""
     if isinstance(config, RecurrentConfig):
@@ -131,7 +132,7 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
     return [v for v in variants if v.name in wanted or v.row in wanted]
 
 
-# %% book/sweep.md:394 (cell 16)
+# %% book/sweep.md:395 (cell 16)
 def _variant_training(profile: SweepProfile, max_steps: int | None) -> TrainingConfig:
     """How every variant trains: ``profile``'s training for ``max_steps`` (default: its own),
     validated ``profile.validations`` times and checkpointed ``profile.checkpoints`` times."""
@@ -246,7 +247,7 @@ def replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Variant
     ]
 
 
-# %% book/sweep.md:525 (cell 18)
+# %% book/sweep.md:526 (cell 18)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
