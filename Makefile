@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 # The data set for tests and CI lies beside the repository; a reader's own TRANSFORMER_LIB_DATA wins.
 SHARED_DATA := $(abspath ../shared/data/multi30k)
 export TRANSFORMER_LIB_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA))
+# The chapters' cached training runs, shared by the tests and the build (tests/conftest.py uses the
+# same folder), kept out of the reader's own cache; a reader's TRANSFORMER_LIB_RUNS wins.
+export TRANSFORMER_LIB_RUNS ?= $(abspath _build/runs)
 # The folder the translator page's models are read from (results/ unless set): absolute, since the
 # chapters run in book/.
 ifdef TRANSFORMER_LIB_MODELS
