@@ -157,8 +157,15 @@ def padded_sources(seed: int, lengths=(7, 3, 5, 1)) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     "changes",
-    [{}, {"norm_first": True}, {"positional": "learned"}, {"tie_embeddings": False}],
-    ids=["post-LN", "pre-LN", "learned", "untied"],
+    [
+        {},
+        {"norm_first": True},
+        {"positional": "learned"},
+        {"tie_embeddings": False},
+        {"key_size": 3},  # Table 3, row B
+        {"feed_forward": False},  # the ablation without feed-forward sub-layers
+    ],
+    ids=["post-LN", "pre-LN", "learned", "untied", "narrow-keys", "no-ffn"],
 )
 @pytest.mark.parametrize("seed", [0, 1])
 def test_incremental_logits_equal_rerunning_the_decoder(changes, seed):

@@ -212,7 +212,7 @@ def misplaced_residual(layer, i, x, sublayer):
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 def test_both_checks_catch_dropout_after_the_residual_add(monkeypatch):
     model = make_model(5)
-    monkeypatch.setattr(model_module, "_residual", misplaced_residual)
+    monkeypatch.setattr(model_module, "residual", misplaced_residual)
     torch.manual_seed(5)
     errors = placement_errors(model, tokens(5), tokens(6, length=4))
     assert errors and all("is not on the output of" in e or "does not receive" in e for e in errors)

@@ -57,8 +57,6 @@ from transformer_lib.book.variations import (
 )
 from transformer_lib.data import DATA_ENV, load_multi30k
 from transformer_lib.decoding import (
-    IncrementalDecoder,
-    RerunDecoder,
     SearchConfig,
     beam_search,
     translate,
@@ -281,25 +279,6 @@ def test_model_without_ffn_equals_attention_and_layernorm_alone():
     src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
     tgt = torch.tensor([[1, 11, 12, 13], [1, 14, 15, 16]])  # the decoder's input, no padding
     assert_close(model(src, tgt), no_ffn_reference(model, src, tgt), atol=1e-9)
-
-
-@pytest.mark.parametrize(
-    "changes", [dict(key_size=3), dict(feed_forward=False)], ids=["narrow-keys", "no-ffn"]
-)
-def test_incremental_decoding_of_the_new_options_equals_rerunning(changes):
-    config = TransformerConfig(23, 23, d_model=16, d_ff=32, n_heads=4, n_layers=2, dropout=0.0)
-    model = randomise(Transformer(dataclasses.replace(config, **changes)), 2).double().eval()
-    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0], [4, 2, 0, 0, 0]])
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        fast, slow = IncrementalDecoder(model, src), RerunDecoder(model, src)
-        tokens = torch.full((3,), BOS_ID, dtype=torch.long)
-        for step in range(6):
-            assert_close(fast.step(tokens), slow.step(tokens), atol=1e-9)
-            if step == 2:
-                fast.select(torch.tensor([2, 0, 0]))
-                slow.select(torch.tensor([2, 0, 0]))
-            tokens = torch.randint(3, 23, (3,), generator=g)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -153,8 +153,46 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.weights: Tensor | None = None  # the last weights, when asked for (need_weights)
 
-    def _split(self, x: Tensor, width: int) -> Tensor:  # (B, L, h * width) -> (B, h, L, width)
-        return x.unflatten(-1, (self.n_heads, width)).transpose(1, 2)
+    def split_heads(self, x: Tensor, width: int) -> Tensor:
+        """The heads side by side become a dimension: (B, L, h * width) -> (B, h, L, width)."""
+        return x.unflatten(-1, (self.n_heads, width)).transpose(1, 2)  # (B, h, L, width)
+
+    def merge_heads(self, out: Tensor, linear=None) -> Tensor:
+        """Concat(head_1, ..., head_h) W^O (§3.2.2): (B, h, L, d_v) -> (B, L, d_model).
+        ``linear(x, weight, bias)`` computes the product instead of ``out_proj`` (an engine's)."""
+        concatenated = out.transpose(1, 2).flatten(2)  # (B, L, h * d_v)
+        if linear is None:
+            return self.out_proj(concatenated)
+        return linear(concatenated, self.out_proj.weight, self.out_proj.bias)
+
+    def project_qkv(self, x: Tensor, linear=None) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's queries, keys and values of x (B, L, d_model), in one product with
+        the whole of ``in_proj``: (B, h, L, d_k), (B, h, L, d_k), (B, h, L, d_v). ``linear(x,
+        weight, bias)`` computes the product instead of ``in_proj`` (an engine's)."""
+        e = self.n_heads * self.d_k  # rows of W^Q and of W^K
+        weight, bias = self.in_proj.weight, self.in_proj.bias
+        projected = self.in_proj(x) if linear is None else linear(x, weight, bias)
+        q, k, v = projected.split([e, e, self.d_model], dim=-1)
+        return (
+            self.split_heads(q, self.d_k),
+            self.split_heads(k, self.d_k),
+            self.split_heads(v, self.d_v),
+        )
+
+    def project_q(self, query: Tensor, linear=F.linear) -> Tensor:
+        """The queries of ``query`` (B, L_q, d_model) by W^Q alone: (B, h, L_q, d_k)."""
+        e, bias = self.n_heads * self.d_k, self.in_proj.bias
+        return self.split_heads(linear(query, self.in_proj.weight[:e], _rows(bias, 0, e)), self.d_k)
+
+    def project_kv(self, key: Tensor, value: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The keys and values of another sequence (the encoder's output, ``memory``), for
+        encoder-decoder attention: two products, W^K and W^V, of ``key`` (B, L_k, d_model) and of
+        ``value`` (the same tensor by default). Returns (B, h, L_k, d_k), (B, h, L_k, d_v)."""
+        value = key if value is None else value
+        e, weight, bias = self.n_heads * self.d_k, self.in_proj.weight, self.in_proj.bias
+        k = self.split_heads(F.linear(key, weight[e : 2 * e], _rows(bias, e, 2 * e)), self.d_k)
+        v = self.split_heads(F.linear(value, weight[2 * e :], _rows(bias, 2 * e, None)), self.d_v)
+        return k, v  # (B, h, L_k, d_k), (B, h, L_k, d_v)
 
     def forward(
         self,
@@ -187,25 +225,19 @@ class MultiHeadAttention(nn.Module):
         Returns:
             (B, L_q, d_model), the heads' outputs concatenated and projected by W^O.
         """
-        e, d_k, d_v = self.n_heads * self.d_k, self.d_k, self.d_v  # e: rows of W^Q and of W^K
-        weight, bias = self.in_proj.weight, self.in_proj.bias
         if query is key and key is value:  # self-attention: one matrix multiplication
-            q, k, v = self.in_proj(query).split([e, e, self.d_model], dim=-1)
-            q, k, v = self._split(q, d_k), self._split(k, d_k), self._split(v, d_v)  # (B, h, L, .)
+            q, k, v = self.project_qkv(query)  # (B, h, L, .)
             if cache is not None:
                 if "key" in cache:
                     k = torch.cat([cache["key"], k], dim=2)
                     v = torch.cat([cache["value"], v], dim=2)
                 cache["key"], cache["value"] = k, v
         else:
-            q = self._split(F.linear(query, weight[:e], None if bias is None else bias[:e]), d_k)
+            q = self.project_q(query)  # (B, h, L_q, d_k)
             if cache is not None and "key" in cache:
                 k, v = cache["key"], cache["value"]
             else:
-                b_k = None if bias is None else bias[e : 2 * e]
-                b_v = None if bias is None else bias[2 * e :]
-                k = self._split(F.linear(key, weight[e : 2 * e], b_k), d_k)  # (B, h, L_k, d_k)
-                v = self._split(F.linear(value, weight[2 * e :], b_v), d_v)  # (B, h, L_k, d_v)
+                k, v = self.project_kv(key, value)  # (B, h, L_k, d_k), (B, h, L_k, d_v)
                 if cache is not None:
                     cache["key"], cache["value"] = k, v
         dropout_p = self.dropout if self.training else 0.0
@@ -215,7 +247,12 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scale
             )
-        return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, L_q, d_model)
+        return self.merge_heads(out)  # (B, L_q, d_model)
+
+
+def _rows(bias: Tensor | None, start: int, stop: int | None) -> Tensor | None:
+    """The rows ``start:stop`` of an ``in_proj`` bias (None for a layer without biases)."""
+    return None if bias is None else bias[start:stop]
 
 
 __all__ = [

@@ -88,7 +88,7 @@ def plan_batches(
     takes batches ``r, r + world_size, ...``. ``by_length=False`` fills batches in random order
     (for comparison only). A pure function of its arguments.
     """
-    _check_plan(lengths, max_tokens, world_size)  # refuses what cannot be planned, saying why
+    check_plan(lengths, max_tokens, world_size)  # refuses what cannot be planned, saying why
     rng = np.random.default_rng([seed, epoch])
     n_src = np.array([s for s, _ in lengths], dtype=np.int64)
     n_tgt = np.array([t for _, t in lengths], dtype=np.int64)
@@ -122,7 +122,7 @@ def plan_batches(
 
 
 # %% book/data_pipeline.md:606 (cell 24)
-def _check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int) -> None:
+def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int) -> None:
     """Refuse what plan_batches cannot plan: no process, fewer pairs than processes, or a pair
     longer than the budget on either side (named, with what to do)."""
     if world_size < 1:
@@ -219,6 +219,7 @@ __all__ = [
     "Batch",
     "collate",
     "plan_batches",
+    "check_plan",
     "make_batches",
     "encode_pairs",
     "BatchesByLength",

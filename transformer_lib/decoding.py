@@ -206,10 +206,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:311 (cell 8)
-from transformer_lib.model import _residual
-
-
+# %% book/decoding.md:314 (cell 8)
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
     every layer's keys and values (self-attention: all positions so far, per row; encoder-decoder
@@ -222,35 +219,35 @@ class IncrementalDecoder:
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
         self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
-        self.memory = self._encode(src)  # (n, S, d_model), one per sentence
+        self.memory = self.encode(src)  # (n, S, d_model), one per sentence
         self.sentence = torch.arange(len(src), device=src.device)  # (N,) sentence of each row
         self.grouped = True  # rows are sentence 0's, then sentence 1's, ..., as many each
         self.length = 0  # target positions decoded so far
         self.cache: dict = {}  # per layer i: {"self": per row, "cross": per sentence}
         for i, layer in enumerate(model.decoder.layers):  # the encoder side, once per sentence
-            cross = self.cache.setdefault(i, {}).setdefault("cross", {})
-            layer.cross_attn(
-                self.memory[:, :1], self.memory, self.memory, self.src_mask, cache=cross
-            )
+            keys, values = layer.cross_attn.project_kv(self.memory)  # (n, h, S, d_k), (.., d_v)
+            self.cache[i] = {"cross": {"key": keys, "value": values}}
 
     def step(self, tokens: Tensor) -> Tensor:
         decoder = self.model.decoder
         x = decoder.positions(decoder.embeddings(tokens[:, None]), self.length)  # (N, 1, d_model)
-        for i, layer in enumerate(decoder.layers):  # DecoderLayer.forward, sub-layer by sub-layer
-            x = _residual(layer, 0, x, lambda h, i=i: self._self_attention(i, h))
-            x = _residual(layer, 1, x, lambda h, i=i: self._cross_attention(i, h))
-            if layer.feed_forward is not None:
-                x = _residual(layer, 2, x, lambda h, i=i: self._feed_forward(i, h))
+        for i, layer in enumerate(decoder.layers):  # the layer's wiring, our sub-layers
+            x = layer.connect(
+                x,
+                lambda h, i=i: self.self_attention(i, h),
+                lambda h, i=i: self.cross_attention(i, h),
+                lambda h, i=i: self.feed_forward(i, h),
+            )  # (N, 1, d_model)
         self.length += 1
-        return self._logits(decoder.norm(x)[:, -1])  # (N, V)
+        return self.logits(decoder.norm(x)[:, -1])  # (N, V)
 
-    def _self_attention(self, i: int, h: Tensor) -> Tensor:
+    def self_attention(self, i: int, h: Tensor) -> Tensor:
         """Layer i's masked self-attention for the new positions h (N, 1, d_model). No mask is
         needed: a new position may see every earlier one, whose keys and values the cache holds."""
         own = self.cache[i].setdefault("self", {})  # per row
         return self.model.decoder.layers[i].self_attn(h, h, h, None, cache=own)
 
-    def _cross_attention(self, i: int, h: Tensor) -> Tensor:
+    def cross_attention(self, i: int, h: Tensor) -> Tensor:
         """Layer i's encoder-decoder attention for queries h (N, 1, d_model)."""
         attention, cache = self.model.decoder.layers[i].cross_attn, self.cache[i]["cross"]
         if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
@@ -261,13 +258,15 @@ class IncrementalDecoder:
         mask = self.src_mask.index_select(0, self.sentence)  # (N, 1, 1, S)
         return attention(h, self.memory, self.memory, mask, cache=rows)
 
-    def _encode(self, src: Tensor) -> Tensor:
+    def encode(self, src: Tensor) -> Tensor:
+        """The memory (n, S, d_model) of the sources ``src`` (n, S)."""
         return self.model.encode(src, self.src_mask)
 
-    def _feed_forward(self, i: int, h: Tensor) -> Tensor:
+    def feed_forward(self, i: int, h: Tensor) -> Tensor:
+        """Layer i's feed-forward network of h (N, 1, d_model)."""
         return self.model.decoder.layers[i].feed_forward(h)
 
-    def _logits(self, h: Tensor) -> Tensor:
+    def logits(self, h: Tensor) -> Tensor:
         return self.model.generator(h)  # (N, d_model) -> (N, V)
 
     def select(self, rows: Tensor) -> None:

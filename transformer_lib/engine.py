@@ -291,11 +291,10 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-# %% book/inference_engine.md:891 (cell 31)
+# %% book/inference_engine.md:895 (cell 31)
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib.model import _residual
 from transformer_lib.onednn import onednn_linear, require_onednn
 
 
@@ -315,78 +314,64 @@ class OneDNNDecoder(IncrementalDecoder):
             )
         super().__init__(model, src, src_mask)
 
-    def _encode(self, src: Tensor) -> Tensor:
+    def encode(self, src: Tensor) -> Tensor:
         """``Encoder.forward``, its products in oneDNN and its attention PyTorch's fused kernel
-        (whole sentences at once, the case that kernel is built for)."""
+        (whole sentences at once, the case that kernel is built for): (n, S) -> (n, S, d_model)."""
         encoder = self.model.encoder
         x = encoder.positions(encoder.embeddings(src))
-        for layer in encoder.layers:
-            attention = layer.self_attn
-            x = _residual(layer, 0, x, lambda h, a=attention: _whole_sentences(a, h, self.src_mask))
-            if layer.feed_forward is not None:
-                x = _residual(layer, 1, x, lambda h, f=layer.feed_forward: _feed_forward(f, h))
+        for layer in encoder.layers:  # the layer's wiring, our sub-layers
+            x = layer.connect(
+                x,
+                lambda h, a=layer.self_attn: _whole_sentences(a, h, self.src_mask),
+                lambda h, f=layer.feed_forward: _feed_forward(f, h),
+            )  # (n, S, d_model)
         return encoder.norm(x)
 
-    def _self_attention(self, i: int, h: Tensor) -> Tensor:
+    def self_attention(self, i: int, h: Tensor) -> Tensor:
         attention = self.model.decoder.layers[i].self_attn
-        q, k, v = _heads(attention, h)
+        q, k, v = attention.project_qkv(h, onednn_linear)  # (N, h, 1, d_k), (..), (N, h, 1, d_v)
         cache = self.cache[i].setdefault("self", {})  # per row, as the chapter's decoder keeps it
         if "key" in cache:
             k, v = torch.cat([cache["key"], k], dim=2), torch.cat([cache["value"], v], dim=2)
         cache["key"], cache["value"] = k, v
         return _attend(attention, q, k, v, None)
 
-    def _cross_attention(self, i: int, h: Tensor) -> Tensor:
+    def cross_attention(self, i: int, h: Tensor) -> Tensor:
         attention, cache = self.model.decoder.layers[i].cross_attn, self.cache[i]["cross"]
-        e, bias = attention.n_heads * attention.d_k, attention.in_proj.bias
-        q = onednn_linear(h, attention.in_proj.weight[:e], None if bias is None else bias[:e])
         keys, values, mask = cache["key"], cache["value"], self.src_mask
         if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
-            q = q.view(len(self.memory), -1, e)  # (n, k, e)
+            h = h.view(len(self.memory), -1, attention.d_model)  # (n, k, d_model)
         else:
             keys, values, mask = (t.index_select(0, self.sentence) for t in (keys, values, mask))
-        out = _attend(attention, attention._split(q, attention.d_k), keys, values, mask)
+        out = _attend(attention, attention.project_q(h, onednn_linear), keys, values, mask)
         return out.view(-1, 1, attention.d_model)  # (N, 1, d_model)
 
-    def _feed_forward(self, i: int, h: Tensor) -> Tensor:
+    def feed_forward(self, i: int, h: Tensor) -> Tensor:
         return _feed_forward(self.model.decoder.layers[i].feed_forward, h)
 
-    def _logits(self, h: Tensor) -> Tensor:
+    def logits(self, h: Tensor) -> Tensor:
         return onednn_linear(h, self.model.generator.weight)
 
 
-def _heads(attention, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Queries, keys and values (B, h, L, .) of ``attention`` over h (B, L, d_model) itself."""
-    e, d_k, d_v = attention.n_heads * attention.d_k, attention.d_k, attention.d_v
-    projected = onednn_linear(h, attention.in_proj.weight, attention.in_proj.bias)
-    q, k, v = projected.split([e, e, attention.d_model], dim=-1)
-    return attention._split(q, d_k), attention._split(k, d_k), attention._split(v, d_v)
-
-
 def _whole_sentences(attention, h: Tensor, mask: Tensor | None) -> Tensor:
-    q, k, v = _heads(attention, h)
+    q, k, v = attention.project_qkv(h, onednn_linear)  # (B, h, L, d_k), (..), (B, h, L, d_v)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention.scale)
-    return _output(attention, out)
+    return attention.merge_heads(out, onednn_linear)  # (B, L, d_model)
 
 
 def _attend(attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     """The heads' attention written out: queries q (B, h, L_q, d_k) over keys and values
-    (B, h, L_k, .). ``bmm`` reads the keys transposed where the cache holds them, so that
-    nothing the size of the cache is copied; every query has a key to attend to."""
+    (B, h, L_k, .), then W^O: (B, L_q, d_model). ``bmm`` reads the keys transposed where the
+    cache holds them, so that nothing the size of the cache is copied; every query has a key
+    to attend to."""
     b, heads, queries, d_k = q.shape
     scale = attention.scale if attention.scale is not None else d_k**-0.5
     scores = torch.bmm((q * scale).flatten(0, 1), k.flatten(0, 1).transpose(1, 2))
-    scores = scores.view(b, heads, queries, -1)
+    scores = scores.view(b, heads, queries, -1)  # (B, h, L_q, L_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     out = torch.bmm(scores.softmax(dim=-1).flatten(0, 1), v.flatten(0, 1))
-    return _output(attention, out.view(b, heads, queries, -1))
-
-
-def _output(attention, out: Tensor) -> Tensor:
-    """The heads (B, h, L, d_v) concatenated and projected by W^O: (B, L, d_model)."""
-    weight, bias = attention.out_proj.weight, attention.out_proj.bias
-    return onednn_linear(out.transpose(1, 2).flatten(2), weight, bias)
+    return attention.merge_heads(out.view(b, heads, queries, -1), onednn_linear)
 
 
 def _feed_forward(network, h: Tensor) -> Tensor:

@@ -72,7 +72,7 @@ class TransformerConfig:
     feed_forward: bool = True  # False: layers without the FFN sub-layer (not the paper's model)
 
     def __post_init__(self):
-        _check_config(self)
+        check_config(self)
 
     @property
     def d_k(self) -> int:
@@ -195,10 +195,16 @@ class EncoderLayer(nn.Module):
         self.norm_first = c.norm_first
 
     def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
-        x = _residual(self, 0, x, lambda h: self.self_attn(h, h, h, src_mask))
+        return self.connect(x, lambda h: self.self_attn(h, h, h, src_mask), self.feed_forward)
+
+    def connect(self, x: Tensor, self_attention, feed_forward) -> Tensor:
+        """The layer's wiring (§3.1) around its two sub-layers, given as functions of (B, S,
+        d_model) -> (B, S, d_model), so that another engine can run its own; ``feed_forward``
+        is skipped when the layer has none (the ablation). Shape: x (B, S, d_model) -> same."""
+        x = residual(self, 0, x, self_attention)
         if self.feed_forward is None:  # the ablation without the FFN sub-layer
             return x
-        return _residual(self, 1, x, self.feed_forward)
+        return residual(self, 1, x, feed_forward)
 
 
 class DecoderLayer(nn.Module):
@@ -221,27 +227,38 @@ class DecoderLayer(nn.Module):
     def forward(self, x, memory, src_mask, tgt_mask, cache=None, need_weights=False) -> Tensor:
         own = cache.setdefault("self", {}) if cache is not None else None
         other = cache.setdefault("cross", {}) if cache is not None else None
-        x = _residual(self, 0, x, lambda h: self.self_attn(h, h, h, tgt_mask, need_weights, own))
-        x = _residual(
-            self, 1, x, lambda h: self.cross_attn(h, memory, memory, src_mask, need_weights, other)
+        return self.connect(
+            x,
+            lambda h: self.self_attn(h, h, h, tgt_mask, need_weights, own),
+            lambda h: self.cross_attn(h, memory, memory, src_mask, need_weights, other),
+            self.feed_forward,
         )
+
+    def connect(self, x: Tensor, self_attention, cross_attention, feed_forward) -> Tensor:
+        """The layer's wiring (§3.1) around its three sub-layers, given as functions of
+        (B, T, d_model) -> (B, T, d_model), so that the incremental decoder and other engines
+        run their own; ``feed_forward`` is skipped when the layer has none (the ablation).
+        Shape: x (B, T, d_model) -> (B, T, d_model)."""
+        x = residual(self, 0, x, self_attention)
+        x = residual(self, 1, x, cross_attention)
         if self.feed_forward is None:  # the ablation without the FFN sub-layer
             return x
-        return _residual(self, 2, x, self.feed_forward)
+        return residual(self, 2, x, feed_forward)
 
 
-def _residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
+def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     """Sub-layer i of ``layer`` with its residual connection, dropout and LayerNorm (§3.1, §5.4).
 
     Post-LN (the paper): LayerNorm(x + Dropout(Sublayer(x))).
     Pre-LN (``norm_first``): x + Dropout(Sublayer(LayerNorm(x))).
+    Shape: x (B, L, d_model) -> (B, L, d_model).
     """
     if layer.norm_first:
         return x + layer.dropout(sublayer(layer.norms[i](x)))
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:564 (cell 33)
+# %% book/model.md:585 (cell 33)
 class Encoder(nn.Module):
     """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model)."""
 
@@ -395,7 +412,7 @@ class Transformer(nn.Module):
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 
-def _check_config(c: "TransformerConfig") -> None:
+def check_config(c: "TransformerConfig") -> None:
     """Refuse a TransformerConfig that cannot build a model, saying why."""
     sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "d_ff", "n_heads", "n_layers")
     for name in (*sizes, "max_len"):  # first: n_heads divides d_model below
@@ -424,8 +441,10 @@ __all__ = [
     "PositionalEncoding",
     "EncoderLayer",
     "DecoderLayer",
+    "residual",
     "Encoder",
     "Decoder",
     "Transformer",
     "POSITIONAL",
+    "check_config",
 ]

@@ -16,7 +16,7 @@ UNK_ID = 3  # <unk>: reserved; byte-level BPE can encode any text without it
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # in the order of their ids
 VOCAB_SIZE = 8000  # the joint vocabulary the data chapter chooses for Multi30k
 # Pieces of the byte-level alphabet: every text encodes, so no learned symbol is needed for it.
-_BYTE_ALPHABET = pre_tokenizers.ByteLevel.alphabet()
+BYTE_ALPHABET = pre_tokenizers.ByteLevel.alphabet()
 
 
 def learn_bpe(
@@ -34,7 +34,7 @@ def learn_bpe(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
         special_tokens=list(SPECIAL_TOKENS),  # ids 0 to 3, before any learned symbol
-        initial_alphabet=_BYTE_ALPHABET,  # all 256 bytes, whether the data has them or not
+        initial_alphabet=BYTE_ALPHABET,  # all 256 bytes, whether the data has them or not
         show_progress=False,
     )
     tokenizer.train_from_iterator(sentences, trainer)
@@ -101,7 +101,7 @@ class BPETokenizer:
         Raises:
             DataError: ``vocab_size`` is too small to hold the special tokens and the 256 bytes.
         """
-        smallest = len(SPECIAL_TOKENS) + len(_BYTE_ALPHABET)
+        smallest = len(SPECIAL_TOKENS) + len(BYTE_ALPHABET)
         if vocab_size < smallest:
             raise DataError(f"vocab_size must be at least {smallest}, got {vocab_size}")
         return cls(learn_bpe(sentences, vocab_size, min_frequency))
@@ -218,6 +218,7 @@ __all__ = [
     "UNK_ID",
     "SPECIAL_TOKENS",
     "VOCAB_SIZE",
+    "BYTE_ALPHABET",
     "learn_bpe",
     "BPETokenizer",
 ]

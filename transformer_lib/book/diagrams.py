@@ -51,7 +51,7 @@ class Box:
 
 def code_target(name: str) -> str:
     """The MyST target written before the cell that defines ``name``: ``code-`` and the name in
-    lower case, with hyphens for underscores (``_residual`` -> ``code-residual``)."""
+    lower case, with hyphens for underscores (``check_plan`` -> ``code-check-plan``)."""
     return "code-" + name.strip("_").lower().replace("_", "-")
 
 
@@ -209,8 +209,8 @@ def _multi_head_panel(c: Canvas, attention: MultiHeadAttention, left, top, botto
     c.text(*h_at, "h", 15, bold=True, anchor="start")
     y_cat = y - (heads - 1) * step - 30 - BOX_H
     c.arrow((cx, y - (heads - 1) * step), (cx, y_cat + BOX_H))
-    concat = "forward: transpose(1, 2).flatten(2)"
-    c.box(cx, y_cat, 250, Box("Concat", "op", MultiHeadAttention, "forward", code_text=concat))
+    concat = "merge_heads: transpose(1, 2).flatten(2)"
+    c.box(cx, y_cat, 250, Box("Concat", "op", MultiHeadAttention, "merge_heads", code_text=concat))
     y_out = y_cat - 30 - BOX_H
     c.arrow((cx, y_cat), (cx, y_out + BOX_H))
     c.box(cx, y_out, 250, Box("Linear (W^O)", "linear", MultiHeadAttention, "out_proj"))
@@ -237,7 +237,7 @@ def figure_2(attention: MultiHeadAttention) -> str:
 import torch
 from torch import Tensor
 
-from transformer_lib.model import Transformer, _residual
+from transformer_lib.model import Transformer, residual
 
 
 def forward_shapes(model: Transformer, src: Tensor, tgt: Tensor) -> dict[str, tuple[int, ...]]:
@@ -280,10 +280,10 @@ def _layer_boxes(model: Transformer, stack: str) -> list[Box]:
         fill = "feed_forward" if name == "feed_forward" else "attention"
         sublayer = Box(title, fill, type(getattr(layer, name)), above=f"{here}{name}")
         if layer.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
-            boxes.append(Box("Norm", "norm", _residual, above=f"{here}norms.{i}"))
-            add = Box("Add", "norm", _residual, above=out or f"{here}norms.{i + 1}<")
+            boxes.append(Box("Norm", "norm", residual, above=f"{here}norms.{i}"))
+            add = Box("Add", "norm", residual, above=out or f"{here}norms.{i + 1}<")
         else:  # post-LN, the paper's: LayerNorm(x + Sublayer(x))
-            add = Box("Add & Norm", "norm", _residual, above=out or f"{here}norms.{i}")
+            add = Box("Add & Norm", "norm", residual, above=out or f"{here}norms.{i}")
         boxes += [sublayer, add]
     return boxes
 
