@@ -51,3 +51,14 @@ def test_the_command_line_check_passes():
         text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_docstring_counts_as_prose(tmp_path):
+    """The documentation of an exported function is read as text, its body as code."""
+    from helpers import write_chapter
+
+    cell = 'def f():\n    """What f does,\n\n    in two lines."""\n    return 1'
+    chapter = write_chapter(tmp_path / "chapter.md", "A chapter", cell, "%time f()")
+    c = code_share.count(chapter)
+    # the title and two lines of prose, two of docstring; the def, the return and the magic
+    assert (c["prose"], c["visible"], c["hidden"]) == (5, 3, 0)

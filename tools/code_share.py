@@ -7,6 +7,9 @@ Two shares of a chapter's non-blank lines (the jupytext header left out):
 - **all code**: every code cell, collapsed or not. In Jupyter the website's collapsed cells are
   ordinary cells, so this is the share of code a reader meets who runs the chapter as a notebook.
 
+A docstring is counted as prose, wherever it stands: it is the documentation of the exported
+names (the API reference page is written from it), read as text, not as code.
+
 Part I keeps visible code at or below ``--visible`` and all code at or below ``--all`` of each
 chapter: the idea being taught is expanded, plumbing lives in Part II and is imported.
 
@@ -15,6 +18,7 @@ chapter: the idea being taught is expanded, plumbing lives in Part II and is imp
 """
 
 import argparse
+import ast
 import sys
 from pathlib import Path
 
@@ -42,6 +46,25 @@ def parts(toc: dict) -> list[tuple[str, list[str]]]:
     return found
 
 
+def docstring_lines(source: str) -> int:
+    """Non-blank lines of the docstrings in a code cell's source (0 when it does not parse, as a
+    cell with IPython's magics does not)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return 0
+    lines = source.splitlines()
+    found = 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str):
+                    span = lines[first.lineno - 1 : first.end_lineno]
+                    found += sum(1 for line in span if line.strip())
+    return found
+
+
 def count(chapter: Path) -> dict:
     """Non-blank lines of prose, of visible code and of collapsed or removed code, and the two
     shares: ``visible_share`` (visible code) and ``code_share`` (all code)."""
@@ -51,10 +74,13 @@ def count(chapter: Path) -> dict:
         lines = sum(1 for line in cell.source.splitlines() if line.strip())
         if cell.cell_type != "code":
             counts["prose"] += lines
-        elif HIDING_TAGS & set(cell.metadata.get("tags", [])):
-            counts["hidden"] += lines
+            continue
+        documentation = docstring_lines(cell.source)
+        counts["prose"] += documentation
+        if HIDING_TAGS & set(cell.metadata.get("tags", [])):
+            counts["hidden"] += lines - documentation
         else:
-            counts["visible"] += lines
+            counts["visible"] += lines - documentation
     counts["total"] = sum(counts.values())
     total = max(counts["total"], 1)
     counts["visible_share"] = counts["visible"] / total
