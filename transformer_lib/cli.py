@@ -14,6 +14,7 @@ from pathlib import Path
 
 import transformer_lib
 from transformer_lib.errors import TransformerLibError
+from transformer_lib.export_command import add_export_command
 from transformer_lib.usage import (
     UsageError,
     check_data_dir,
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_translate_command(commands)
     add_evaluate_command(commands)
     add_average_command(commands)
+    add_export_command(commands)
     return parser
 
 
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:262 (cell 9)
+# %% book/command_line.md:264 (cell 9)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -189,7 +191,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:490 (cell 19)
+# %% book/command_line.md:492 (cell 19)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -211,7 +213,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:582 (cell 23)
+# %% book/command_line.md:584 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -339,7 +341,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:748 (cell 27)
+# %% book/command_line.md:750 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
