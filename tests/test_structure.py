@@ -266,6 +266,16 @@ def code_lines(source: str) -> int:
     return len(source.splitlines()) - len(documentation)
 
 
+MAX_LIBRARY_LINES = 5000
+
+
+def test_the_library_stays_small():
+    """What ``import transformer_lib`` promises (the book's machinery apart) stays a small library:
+    its code, docstrings left out, within MAX_LIBRARY_LINES."""
+    total = sum(code_lines(module_path(m).read_text(encoding="utf-8")) for m in LIBRARY_MODULES)
+    assert total <= MAX_LIBRARY_LINES, f"the library has {total} lines of code"
+
+
 def test_code_lines_leave_out_docstrings_and_all():
     source = '"""Module."""\n\n\ndef f():\n    """Doc\n    more."""\n    return 1\n\n__all__ = [\n    "f",\n]\n'
     assert code_lines(source) == 11 - 1 - 2 - 3
