@@ -185,15 +185,20 @@ def to_marian(model: Transformer):
     return marian.eval()
 
 
+MAX_NEW_TOKENS = 256  # generate's default limit in the folder: a caption is far shorter
+
+
 def save_huggingface(
     model: Transformer, tokenizer: BPETokenizer, folder: str | Path, num_beams: int = 4
 ) -> Path:
     """Write a Hugging Face model folder (``config.json``, ``model.safetensors``,
     ``generation_config.json``, the tokenizer's files) that ``AutoModelForSeq2SeqLM`` and
     ``AutoTokenizer`` load; ``generate`` then searches with ``num_beams`` by default, with
-    transformers' own length penalty. Returns the folder."""
+    transformers' own length penalty, for at most ``MAX_NEW_TOKENS`` tokens unless told otherwise.
+    Returns the folder."""
     marian = to_marian(model)
-    marian.generation_config.update(num_beams=num_beams, max_length=model.config.max_len)
+    # transformers' default stops at 20 tokens in all; ours stops 50 after the source's length
+    marian.generation_config.update(num_beams=num_beams, max_new_tokens=MAX_NEW_TOKENS)
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
@@ -216,5 +221,6 @@ __all__ = [
     "marian_tokenizer",
     "MARIAN_OWN",
     "to_marian",
+    "MAX_NEW_TOKENS",
     "save_huggingface",
 ]
