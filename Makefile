@@ -16,6 +16,9 @@ export TRANSFORMER_LIB_RUNS ?= $(abspath _build/runs)
 ifdef TRANSFORMER_LIB_MODELS
 export TRANSFORMER_LIB_MODELS := $(abspath $(TRANSFORMER_LIB_MODELS))
 endif
+# The chapters executed by the tests and the build are the website's: glued numbers stay in the
+# prose and long cells show no progress bar (a reader's Jupyter shows both: transformer_lib.book.jupyter).
+test book: export TRANSFORMER_LIB_BOOK_BUILD = 1
 # Two workers on the two-core machines we test on; set PYTEST_WORKERS=0 to run in one process.
 PYTEST_WORKERS ?= 2
 
@@ -29,8 +32,8 @@ help:
 	@echo "make translator  export the translator page's models to ONNX (make book does it)"
 	@echo "make format ruff-format the code, the book's code cells included"
 	@echo "make serve  serve the built book on http://127.0.0.1:8000 (builds it if there is none)"
-	@echo "make lab    open the chapters in JupyterLab (needs 'pip install jupyterlab')"
-	@echo "make notebooks  write book/*.ipynb from the chapters (git ignores them)"
+	@echo "make lab    open the chapters in JupyterLab (installed into .venv on first use)"
+	@echo "make notebooks  write the chapters as notebooks into _build/notebooks"
 	@echo "make bench  run the benchmarks"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -93,11 +96,22 @@ serve: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book
 	$(BIN)/python -m http.server --directory _build/html --bind 127.0.0.1 8000
 
-lab: tangle
+# JupyterLab, installed into .venv on first use, opening the chapters as notebooks (jupytext's
+# extension, which needs JupyterLab 4.6). jupyterlab-myst, which would render MyST's roles, is
+# left out: its newest release (2.7.0) does not load in JupyterLab 4.6 (@jupyter/ydoc 3 against
+# 4); a glued number is printed by the cell that computes it instead (transformer_lib.book.jupyter).
+LAB_STAMP := $(VENV)/.lab-installed
+$(LAB_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q jupyterlab==4.6.6
+	$(BIN)/python tools/lab.py
+	@touch $@
+
+lab: tangle $(LAB_STAMP)
 	$(BIN)/jupyter lab book/
 
+# The chapters as .ipynb notebooks in _build/notebooks/ (FORCE=1 writes over ones you changed).
 notebooks: $(STAMP)
-	$(BIN)/jupytext --to ipynb book/*.md
+	$(BIN)/python tools/notebooks.py $(if $(FORCE),--force)
 
 # Every benchmark prints our figure, a peer's measured in the same run, and their ratio, and writes
 # results/perf-<device>/<name>.json. On this CPU they take a few minutes; on a GPU:

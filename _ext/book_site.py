@@ -10,8 +10,10 @@ Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does these thin
   looks for. Pages with a chart load it synchronously in ``<head>``, before the chart's own script.
   (MathJax comes from ``sphinx-mathjax-offline``, listed in ``_config.yml``.)
 * **Downloadable notebooks that set themselves up.** The theme offers each chapter as an executed
-  ``.ipynb`` under ``_sources/``; we put a first cell into it that installs ``transformer_lib`` when
-  it is missing (a fresh Colab or Binder session) and fetches Multi30k when no copy is at hand.
+  ``.ipynb`` under ``_sources/``; we put a first cell into it (``_ext/notebook_setup.py``) that,
+  outside a clone (a fresh Colab or Binder session), fetches the book's source at the site's
+  commit, works from its ``book/`` folder, installs what the chapters import and is missing, and
+  finds Multi30k, or stops with one message that says what to do.
 * **Launch links.** Colab opens notebooks from GitHub only, and only ``.ipynb`` files, but the book
   keeps its chapters as Markdown: the links point at the notebooks the site publishes on the
   ``book_site_notebooks_branch`` (``gh-pages``, see ``.github/workflows/pages.yml``). The same
@@ -305,26 +307,21 @@ def install_spec(app: Sphinx) -> str:
     return f"transformer_lib[notebooks] @ git+{url}@{ref}"
 
 
-def setup_cell_source(app: Sphinx) -> str:
-    return f"""\
-# Set-up for a fresh Colab or Binder session (the website adds this cell to the notebooks it
-# offers): install the book's library when it is missing, and fetch Multi30k when no copy is here.
-import importlib
-import os
-from pathlib import Path
+SETUP_SOURCE = Path(__file__).with_name("notebook_setup.py")  # the set-up cell, as a script
 
-try:
-    import transformer_lib
-except ImportError:
-    %pip install --quiet "{install_spec(app)}"
-    importlib.invalidate_caches()
-if not os.environ.get("TRANSFORMER_LIB_DATA") and not Path("../../shared/data/multi30k").is_dir():
-    from transformer_lib import data
 
-    for split in data.SPLITS:
-        for language in data.LANGUAGES:
-            data.multi30k_file(split, language)  # downloads once into the cache, checked
-    os.environ["TRANSFORMER_LIB_DATA"] = str(data.default_cache_dir())"""
+def published_source(app: Sphinx) -> str:
+    """The archive of the repository at the commit this site was built from (GitHub's)."""
+    url = (app.config.html_theme_options or {}).get("repository_url", "").rstrip("/")
+    ref = os.environ.get("BOOK_SITE_REF") or os.environ.get("GITHUB_SHA") or "main"
+    return f"{url}/archive/{ref}.tar.gz"
+
+
+def setup_cell_source(app: Sphinx | None = None, source: str | None = None) -> str:
+    """The first cell of every notebook the site offers: _ext/notebook_setup.py, fetching the
+    book's source from ``source`` (default: this site's commit) where no clone is around."""
+    text = SETUP_SOURCE.read_text(encoding="utf-8").rstrip("\n")
+    return text.replace("__PUBLISHED_SOURCE__", source or published_source(app))
 
 
 def add_setup_cell(path: Path, source: str) -> None:

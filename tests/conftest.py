@@ -24,6 +24,9 @@ if not os.environ.get("TRANSFORMER_LIB_RUNS"):
     os.environ["TRANSFORMER_LIB_RUNS"] = str(ROOT / "_build" / "runs")
 if not os.environ.get("TRANSFORMER_LIB_DATA"):
     os.environ["TRANSFORMER_LIB_DATA"] = str(ROOT.parent / "shared" / "data" / "multi30k")
+# The chapters the tests execute are the website's (tools/book_cache.py stores them for the
+# build): they run as in the build, not as for a reader in Jupyter (transformer_lib.book.jupyter).
+os.environ["TRANSFORMER_LIB_BOOK_BUILD"] = "1"
 
 
 @pytest.fixture

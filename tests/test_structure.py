@@ -64,6 +64,7 @@ LAYERS = [
     ["__main__"],  # ``python -m transformer_lib``
     # The book's machinery, on top of the library.
     ["book"],  # the subpackage's marker
+    ["book.jupyter"],  # what differs between the book's build and a reader's Jupyter
     # the recurrent baseline; the pictures, tables and corpus measurements of Part I; Figures 1
     # and 2 drawn from the model's modules; copies into PyTorch's modules; sentence lengths;
     # the decoding chapter's timings and toy runs; the translator page's models

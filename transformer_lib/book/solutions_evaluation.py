@@ -217,6 +217,7 @@ def attention_entropy_by_layer(model, src, greedy_ids, weights, entropy) -> str:
 import numpy as np
 import sacrebleu
 
+from transformer_lib.book.jupyter import show_progress
 from transformer_lib.book.report import last_checkpoints
 from transformer_lib.data import load_multi30k
 from transformer_lib.evaluation import load_translator
@@ -229,7 +230,7 @@ def _references(report: dict, split: str) -> list[str]:
     return [tgt for _, tgt in load_multi30k(split, bleu["src"], bleu["tgt"])][: entry["sentences"]]
 
 
-# %% book/solutions.md:957 (cell 68)
+# %% book/solutions.md:958 (cell 68)
 def every_score_recomputed(reports: dict) -> str:
     """The real run, exercise 1: chrF and lowercased BLEU of every report, recomputed."""
     for report in reports.values():
@@ -243,7 +244,7 @@ def every_score_recomputed(reports: dict) -> str:
     return "chrF and lowercased BLEU agree with sacreBLEU for every run and test set"
 
 
-# %% book/solutions.md:978 (cell 70)
+# %% book/solutions.md:979 (cell 70)
 def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     """The real run, exercise 2: the 95% half-width of BLEU by the bootstrap, against sacreBLEU."""
     entry, metric = report["bleu"]["splits"][split], sacrebleu.BLEU()
@@ -268,12 +269,13 @@ def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     return f"BLEU {entry['bleu']:.1f} ± {ours:.2f} (our bootstrap), ± {theirs:.2f} (sacreBLEU's)"
 
 
-# %% book/solutions.md:1011 (cell 72)
+# %% book/solutions.md:1012 (cell 72)
 def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
     """The real run, exercise 3: length ratio, brevity penalty and BLEU of the averaged ci
     model (German to English) at α = 0, 0.6 and 1.2; ``folder`` receives the average."""
     averaged = Path(folder) / "ci-de-en-average.pt"
-    average_checkpoints(last_checkpoints(cached_run("ci", "de", "en"), 5), out=averaged)
+    run = cached_run("ci", "de", "en", progress=show_progress())
+    average_checkpoints(last_checkpoints(run, 5), out=averaged)
     model, tokenizer, _ = load_translator(averaged)
     pairs = load_multi30k("test_2016_flickr", "de", "en")[:sentences]
     lengths, lines = [], []

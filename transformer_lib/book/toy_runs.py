@@ -11,6 +11,7 @@ from pathlib import Path
 
 from torch import nn
 
+from transformer_lib.book.jupyter import show_progress
 from transformer_lib.training import TrainingConfig, train
 
 
@@ -21,7 +22,7 @@ def train_without_files(
     checkpoints nobody reads. ``options`` are train's keyword arguments (``d_model`` and
     ``pad_id`` among them); returns its summary."""
     with tempfile.TemporaryDirectory(prefix="run-") as folder:
-        return train(model, batches, config, Path(folder), progress=False, **options)
+        return train(model, batches, config, Path(folder), progress=show_progress(), **options)
 
 
 __all__ = [
