@@ -157,3 +157,55 @@ def test_the_checker_catches_a_replica_that_is_not_one():
     )
     assert "has no line" in replica_problems([run("B-seed1", 1, "B")])[0]
     assert "seed 1" in replica_problems([*good, run("A-h1-again", 1, "A-h1")])[0]
+
+
+# --- a committed sweep stays recognised by the code that reads and resumes it -----------------
+# The profile each committed folder was made with: its folder name, as tools/table3.py writes it.
+FOLDER_PROFILE = {"table3": "full", "table3-cpu": "cpu"}
+
+
+@pytest.mark.parametrize("folder", SWEEPS, ids=[folder.name for folder in SWEEPS])
+def test_a_committed_sweep_is_of_its_profile_in_the_code(folder):
+    """Fails when SWEEP_PROFILES drifts from what a committed folder was made with: the chapter
+    would lose the folder's paper rows and verdicts, and tools/table3.py would not resume it."""
+    from transformer_lib.book.verdicts import profile_name
+
+    manifest = json.loads((folder / MANIFEST_FILE).read_text())
+    assert profile_name(manifest) == FOLDER_PROFILE[folder.name], (
+        f"{folder.name}/manifest.json is not of SWEEP_PROFILES[{FOLDER_PROFILE[folder.name]!r}]"
+    )
+
+
+def test_the_identity_takes_a_later_setting_at_its_default_and_sees_a_changed_one():
+    from transformer_lib.book.variations import SWEEP_PROFILES, sweep_identity
+    from transformer_lib.provenance import jsonable
+
+    written = jsonable(SWEEP_PROFILES["cpu"])
+    del written["training"]["cooldown_steps"]  # a setting the code gained after the folder
+    del written["model"]["feed_forward"]
+    assert sweep_identity(written) == sweep_identity(SWEEP_PROFILES["cpu"])
+    written["training"]["lr_scale"] = 1.0
+    assert sweep_identity(written) != sweep_identity(SWEEP_PROFILES["cpu"])
+
+
+@pytest.mark.slow
+def test_the_sweep_tool_resumes_the_committed_cpu_sweep(tmp_path):
+    """tools/table3.py --profile cpu on a copy of results/table3-cpu: its own BPE vocabulary is
+    trained again (the same), the folder is accepted as this sweep's, and with no time to start
+    a variant nothing is trained and no line changes."""
+    import shutil
+    import subprocess
+    import sys
+
+    folder = ROOT / "results" / "table3-cpu"
+    out, work = tmp_path / "out", tmp_path / "work"
+    shutil.copytree(folder, out)
+    command = [sys.executable, str(ROOT / "tools" / "table3.py"), "--profile", "cpu"]
+    done = subprocess.run(
+        [*command, "--out", str(out), "--work", str(work), "--budget-s", "1", "--quiet"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "TRANSFORMER_LIB_DATA": str(require_multi30k())},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (out / RESULTS_FILE).read_bytes() == (folder / RESULTS_FILE).read_bytes()

@@ -110,10 +110,28 @@ IDENTITY_FIELDS = (
 
 
 def sweep_identity(profile: SweepProfile | dict) -> dict:
-    """What must be equal for two profiles (or their JSON) to write to one results folder."""
+    """What must be equal for two profiles (or their JSON) to write to one results folder.
+
+    The model's and the training's settings are read back through their dataclasses, so that a
+    setting added to them after a folder was written takes its default there: the default is
+    what the folder's runs did (a new option leaves the old behaviour as it was), and the folder
+    stays recognised.
+    """
     if isinstance(profile, SweepProfile):
         profile = jsonable(profile)
-    return {name: profile.get(name) for name in IDENTITY_FIELDS}
+    identity = {name: profile.get(name) for name in IDENTITY_FIELDS}
+    return read_back(identity, TransformerConfig)
+
+
+def read_back(settings: dict, model_config: type) -> dict:
+    """``settings`` with its ``model`` (a ``model_config``) and ``training`` (a
+    ``TrainingConfig``) rebuilt by their dataclasses, as the code now writes them: a setting
+    added after they were written takes its default, which is what they did."""
+    rebuilt = dict(settings)
+    for name, config in (("model", model_config), ("training", TrainingConfig)):
+        if isinstance(rebuilt.get(name), dict):
+            rebuilt[name] = jsonable(config(**rebuilt[name]))
+    return rebuilt
 
 
 def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -> list[Variant]:
@@ -132,7 +150,7 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
     return [v for v in variants if v.name in wanted or v.row in wanted]
 
 
-# %% book/sweep.md:395 (cell 16)
+# %% book/sweep.md:413 (cell 16)
 def _variant_training(profile: SweepProfile, max_steps: int | None) -> TrainingConfig:
     """How every variant trains: ``profile``'s training for ``max_steps`` (default: its own),
     validated ``profile.validations`` times and checkpointed ``profile.checkpoints`` times."""
@@ -247,7 +265,7 @@ def replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Variant
     ]
 
 
-# %% book/sweep.md:526 (cell 18)
+# %% book/sweep.md:544 (cell 18)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
@@ -312,6 +330,7 @@ __all__ = [
     "matching_recurrent",
     "IDENTITY_FIELDS",
     "sweep_identity",
+    "read_back",
     "select_variants",
     "sweep_variants",
     "replicas",
