@@ -13,12 +13,14 @@ Not a benchmark itself: ``make bench`` runs the scripts beside it.
 import argparse
 import datetime
 import json
+import os
 import re
 import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -84,6 +86,23 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> torch.de
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return device
+
+
+@contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """Standard error's file descriptor pointed at /dev/null for the block: PyTorch's profiler
+    logs "profiler_start" and "profiler_stop" from C++, below Python's ``sys.stderr``, and a
+    notebook (the performance chapters) would show those lines in the page."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def sync(device: torch.device) -> None:

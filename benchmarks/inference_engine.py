@@ -276,7 +276,7 @@ def profile_decoding(
     started = time.perf_counter()
     run()
     unprofiled = time.perf_counter() - started
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+    with common.native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as profiler:
         started = time.perf_counter()
         run()
         wall = time.perf_counter() - started

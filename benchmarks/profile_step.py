@@ -66,7 +66,7 @@ def profile_model(model, batches, device: torch.device, d_model: int, top: int) 
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as profiler:
+    with common.native_stderr_silenced(), profile(activities=activities) as profiler:
         train_once()
         common.sync(device)
     # The operators, not the kernels: on a GPU each kernel is listed too, and its time is already

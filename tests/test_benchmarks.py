@@ -216,6 +216,27 @@ def test_the_profile_accounts_for_a_step_on_the_cpu():
     )
 
 
+def test_a_profile_writes_no_log_line_into_the_output():
+    """The profiler's native "profiler_start" lines stay out of what a chapter shows, and what
+    the process writes to standard error afterwards still arrives."""
+    code = (
+        "import sys, torch; sys.path.insert(0, 'benchmarks'); import common\n"
+        "from torch.profiler import profile\n"
+        "with common.native_stderr_silenced(), profile() as p:\n"
+        "    torch.ones(3) + 1\n"
+        "print('after', file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert "profiler_start" not in done.stderr and done.stderr.strip() == "after"
+    unsilenced = code.replace("common.native_stderr_silenced(), ", "")
+    done = subprocess.run(
+        [sys.executable, "-c", unsilenced], cwd=ROOT, capture_output=True, text=True
+    )
+    assert "profiler_start" in done.stderr  # what the test guards against is there without it
+
+
 def test_train_step_measures_every_candidate_on_random_batches():
     config, *_ = small_models()
     size = train_step.Size(config, max_tokens=64, batches=2, rounds=1)
