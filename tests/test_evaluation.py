@@ -85,6 +85,37 @@ def test_average_checkpoints_of_different_models_is_refused(tmp_path):
         average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
 
 
+def save_run_checkpoint(path, step, value=1.0, **changes):
+    """A checkpoint of run de→en, seed 0, run for 30 steps, with ``changes`` to its settings."""
+    run = {"data": "multi30k", "src": "de", "tgt": "en", "profile": "ci"}
+    training = {"seed": 0, "max_steps": 30, "label_smoothing": 0.1}
+    for name, value_ in changes.items():
+        (run if name in run else training)[name] = value_
+    config = {"model": {"d": 1}, "training": training, "run": run}
+    save_checkpoint({"model": state(value), "step": step, "config": config}, path)
+    return path
+
+
+def test_average_checkpoints_of_one_run_extended_on_resume_is_allowed(tmp_path):
+    paths = [save_run_checkpoint(tmp_path / "a.pt", 10), save_run_checkpoint(tmp_path / "b.pt", 40)]
+    paths.append(save_run_checkpoint(tmp_path / "c.pt", 50, max_steps=60))  # resumed, longer
+    assert average_checkpoints(paths)["averaged_steps"] == [10, 40, 50]
+
+
+@pytest.mark.parametrize(
+    "changes, named",
+    [({"seed": 1}, "training.seed"), ({"src": "en", "tgt": "de"}, "run.src, run.tgt")],
+)
+def test_average_checkpoints_of_different_runs_is_refused_unless_told(tmp_path, changes, named):
+    """Another seed or the other direction has the same shapes, and its weights would average
+    without an error: refused, naming what differs, unless asked for."""
+    paths = [save_run_checkpoint(tmp_path / "a.pt", 10), save_run_checkpoint(tmp_path / "b.pt", 20)]
+    paths.append(save_run_checkpoint(tmp_path / "other.pt", 30, **changes))
+    with pytest.raises(CheckpointError, match=f"different runs \\({named} differ\\)"):
+        average_checkpoints(paths)
+    assert average_checkpoints(paths, across_runs=True)["averaged_steps"] == [10, 20, 30]
+
+
 HYPOTHESES = [
     "A man in a blue shirt is standing on a ladder.",
     "Two young girls are playing in the sand near water.",

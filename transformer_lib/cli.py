@@ -200,6 +200,11 @@ def add_average_command(commands) -> None:
     )
     command.add_argument("--out", required=True, type=Path, help="the averaged checkpoint to write")
     command.add_argument("checkpoints", nargs="+", type=Path, help="checkpoints of one run")
+    command.add_argument(
+        "--across-runs",
+        action="store_true",
+        help="average checkpoints of different runs too (refused by default)",
+    )
     command.set_defaults(run=run_average)
 
 
@@ -207,13 +212,13 @@ def run_average(args: argparse.Namespace) -> int:
     from transformer_lib.evaluation import average_checkpoints
 
     check_out_folder(args.out)
-    result = average_checkpoints(args.checkpoints, out=args.out)
+    result = average_checkpoints(args.checkpoints, out=args.out, across_runs=args.across_runs)
     steps = ", ".join(str(step) for step in result["averaged_steps"])
     print(f"averaged the models of steps {steps} into {args.out}")
     return 0
 
 
-# %% book/command_line.md:584 (cell 23)
+# %% book/command_line.md:589 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -341,7 +346,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:751 (cell 27)
+# %% book/command_line.md:756 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

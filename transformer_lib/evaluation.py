@@ -36,7 +36,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:201 (cell 8)
+# %% book/translating.md:206 (cell 8)
 def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
     """Refuse state dicts that cannot be averaged: none at all, or two with different keys or
     shapes (the error names the first difference)."""
@@ -60,8 +60,22 @@ def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
                 )
 
 
-# %% book/translating.md:226 (cell 9)
-def average_checkpoints(paths: Sequence[Path], out: Path | None = None) -> dict:
+# %% book/translating.md:231 (cell 9)
+from transformer_lib.training import RESUMABLE_CHANGES
+
+
+def _run_of(checkpoint: dict) -> dict:
+    """What names the run a checkpoint comes from: its description (data, languages, profile)
+    and its training settings, less those a resumed run may change (a longer ``max_steps``)."""
+    config = checkpoint["config"]
+    training = config.get("training") or {}
+    kept = {name: value for name, value in training.items() if name not in RESUMABLE_CHANGES}
+    return {"run": config.get("run"), "training": kept}
+
+
+def average_checkpoints(
+    paths: Sequence[Path], out: Path | None = None, *, across_runs: bool = False
+) -> dict:
     """Average the models of several training checkpoints (§6.1); optionally save the result to
     ``out``.
 
@@ -76,6 +90,9 @@ def average_checkpoints(paths: Sequence[Path], out: Path | None = None) -> dict:
         paths: training checkpoints of one run, e.g. its ``checkpoints/step-*.pt``; the last
             one gives the configuration, the step and the rest.
         out: where to save the result (atomically); None: only return it.
+        across_runs: average checkpoints of different runs of one model shape too (another
+            seed, the other direction, other settings), which is refused by default: the mean
+            of two runs' weights is not a model either of them trained.
 
     Returns:
         The averaged checkpoint, as :func:`~transformer_lib.checkpoints.load_checkpoint` returns
@@ -85,7 +102,8 @@ def average_checkpoints(paths: Sequence[Path], out: Path | None = None) -> dict:
         ValueError: no path given.
         FileNotFoundError: a checkpoint is missing.
         CheckpointError: a checkpoint cannot be read, or the checkpoints hold models of
-            different configurations or with different parameters or shapes.
+            different configurations or with different parameters or shapes, or come from
+            different runs without ``across_runs``.
     """
     if not paths:
         raise ValueError("nothing to average: give at least one checkpoint")
@@ -94,6 +112,20 @@ def average_checkpoints(paths: Sequence[Path], out: Path | None = None) -> dict:
     if len(configs) > 1:
         raise CheckpointError(
             "the checkpoints hold models of different configurations: average checkpoints of one run"
+        )
+    runs = [_run_of(checkpoint) for checkpoint in checkpoints]
+    if not across_runs and any(run != runs[0] for run in runs):
+        differ = sorted(
+            f"{part}.{name}"
+            for run in runs[1:]
+            for part in ("run", "training")
+            for name in set(runs[0][part] or {}) | set(run[part] or {})
+            if (runs[0][part] or {}).get(name) != (run[part] or {}).get(name)
+        )
+        raise CheckpointError(
+            f"the checkpoints come from different runs ({', '.join(dict.fromkeys(differ))} "
+            "differ): average the checkpoints of one run, or pass across_runs=True "
+            "(average --across-runs) to average them anyway"
         )
     last = checkpoints[-1]
     result = {k: v for k, v in last.items() if k not in {"optimizer", "scheduler", "rng", "data"}}
@@ -104,7 +136,7 @@ def average_checkpoints(paths: Sequence[Path], out: Path | None = None) -> dict:
     return result
 
 
-# %% book/translating.md:277 (cell 11)
+# %% book/translating.md:314 (cell 11)
 def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False
 ) -> dict:
@@ -148,7 +180,7 @@ def corpus_scores(
     }
 
 
-# %% book/translating.md:331 (cell 13)
+# %% book/translating.md:368 (cell 13)
 import json
 from collections.abc import Callable
 
