@@ -316,6 +316,22 @@ def test_valid_metrics_join_every_validation_record(tmp_path):
     assert model.training  # and put back to training
 
 
+def test_a_resumed_run_removes_what_a_killed_call_left_half_written(tmp_path):
+    """A process killed while it wrote a checkpoint or the settings leaves atomic_file's
+    temporary file behind; the next call of the same run deletes it, and nothing else."""
+    run(tmp_path, 5)
+    leftovers = [
+        tmp_path / "run/checkpoints/.last.pt.k1l2ed.tmp",
+        tmp_path / "run/.config.json.x.tmp",
+    ]
+    for path in leftovers:
+        path.write_bytes(b"half a file")
+    kept = tmp_path / "run/notes.tmp"  # not one of atomic_file's: the reader's own
+    kept.write_text("mine")
+    run(tmp_path, 10, resume=True)
+    assert not any(path.exists() for path in leftovers) and kept.read_text() == "mine"
+
+
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
     run(tmp_path, 5)
     with pytest.raises(FileExistsError, match="--resume"):

@@ -26,6 +26,9 @@ def atomic_file(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
     The content goes to a temporary file beside ``path``, which is flushed to the disk and renamed
     over ``path`` when the ``with`` block ends without an error; after an error it is deleted and
     ``path`` is left as it was. The new file gets the permissions a plain ``open`` would give.
+    The rename (``os.replace``) is atomic on POSIX systems; Windows does not promise it. A
+    process killed before the rename leaves the temporary file: see
+    :func:`remove_stale_temporaries`, which a resumed training run calls on its folder.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -42,6 +45,21 @@ def atomic_file(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """The temporary files that :func:`atomic_file` left in ``folder`` when its process was killed
+    before it could rename or delete them (``.<name>.<random>.tmp``)."""
+    return sorted(Path(folder).glob(".*.*.tmp")) if Path(folder).is_dir() else []
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete :func:`stale_temporaries` of ``folder``; return them. Call it only where no other
+    process writes at the same time (a run's own folder, when the run resumes)."""
+    found = stale_temporaries(folder)
+    for path in found:
+        path.unlink(missing_ok=True)
+    return found
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:
@@ -61,7 +79,7 @@ def jsonable(config) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-# %% book/runs.md:138 (cell 8)
+# %% book/runs.md:156 (cell 8)
 def _git(*command: str) -> str | None:
     """The output of ``git <command>`` in the checkout the package is imported from, or None
     where git or .git is missing."""
@@ -146,6 +164,8 @@ def environment(device) -> dict:
 __all__ = [
     "COMMIT_ENV",
     "atomic_file",
+    "stale_temporaries",
+    "remove_stale_temporaries",
     "write_text_atomically",
     "write_json",
     "jsonable",

@@ -157,7 +157,7 @@ from transformer_lib.checkpoints import (
     write_checkpoint,
 )
 from transformer_lib.onednn import onednn_products
-from transformer_lib.provenance import jsonable, write_text_atomically
+from transformer_lib.provenance import jsonable, remove_stale_temporaries, write_text_atomically
 from transformer_lib.schedule import make_optimizer
 
 
@@ -316,6 +316,8 @@ def _resume(run: _RunState) -> None:
     if run.rank == 0:
         _truncate_metrics(run.run_dir / "metrics.jsonl", run.step)
         run.write_settings()  # the settings it runs with from now on (resumable_changes)
+        for folder in (run.run_dir, run.run_dir / "checkpoints"):  # a killed call's leftovers
+            remove_stale_temporaries(folder)
 
 
 def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) -> None:
