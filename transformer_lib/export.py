@@ -112,7 +112,7 @@ class DecoderStepGraph(nn.Module):
         )
 
 
-# %% book/export.md:209 (cell 6)
+# %% book/export.md:212 (cell 6)
 def serving_copy(model: Transformer, served_length: int = SERVED_LENGTH) -> Transformer:
     """A copy of ``model`` in eval mode whose position table has ``served_length`` rows."""
     config = model.config
@@ -202,7 +202,7 @@ def export_graphs(
     return [folder / name for name in GRAPHS]
 
 
-# %% book/export.md:323 (cell 8)
+# %% book/export.md:326 (cell 8)
 def _own_weight_for_each_gemm(graph) -> int:
     """Give each Gemm whose weight another operator reads too a copy of its own (the quantizer
     transposes a Gemm's weight in place); returns how many copies it made."""
@@ -238,7 +238,7 @@ def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None
             quantize_dynamic(untied, target, weight_type=QuantType.QUInt8)
 
 
-# %% book/export.md:369 (cell 10)
+# %% book/export.md:372 (cell 10)
 class OnnxDecoder:
     """A decoder state (see the decoding chapter) that runs the two graphs with onnxruntime.
 
