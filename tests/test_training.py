@@ -271,6 +271,43 @@ def test_resuming_gives_bitwise_identical_weights(tmp_path):
     assert len(straight_valid) >= 6  # an epoch is 3 updates
 
 
+def test_the_logging_window_resumes_exactly(tmp_path):
+    """A run cut after every update (a time limit far below one update) writes the same train
+    records as a run that never stopped: each checkpoint carries the window of updates since the
+    last record, and the resumed call sums them in."""
+
+    def call(name, max_steps, resume=False, time_limit=None):
+        torch.manual_seed(0)
+        model = ToyModel()
+        config = TrainingConfig(max_steps=max_steps, warmup_steps=4, log_every=3)
+        return training.train(
+            model,
+            toy_batches,
+            config,
+            tmp_path / name,
+            d_model=model.d_model,
+            pad_id=0,
+            resume=resume,
+            time_limit=time_limit,
+            device="cpu",
+            progress=False,
+        )
+
+    call("straight", 8)
+    calls, summary = 1, call("cut", 8, time_limit=1e-9)
+    while not summary["finished"]:
+        calls, summary = calls + 1, call("cut", 8, resume=True, time_limit=1e-9)
+    assert calls == 8  # one update a call: every record's window spans several calls
+
+    def train_records(name):
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        return [(r["step"], r["loss"], r["lr"]) for r in records if r["kind"] == "train"]
+
+    assert train_records("cut") == train_records("straight")
+    assert [step for step, *_ in train_records("straight")] == [3, 6, 8]
+
+
 def test_run_folder_layout_and_checkpoint_rotation(tmp_path):
     run(tmp_path, 17)
     folder = tmp_path / "run"

@@ -227,7 +227,8 @@ class _RunState:
     lr: float = 0.0  # the rate the latest update used
     window_loss: float = 0.0  # summed loss of the updates since the last train record
     window_tokens: int = 0  # their target tokens on this process
-    window_start: float = 0.0  # perf_counter() when that window began
+    window_start: float = 0.0  # perf_counter() when that window began, or this call did
+    window_seconds: float = 0.0  # seconds the window ran in earlier calls (a resumed window)
     last_valid: dict | None = None  # the latest validation's figures
     metrics: TextIO | None = None  # metrics.jsonl, open on rank 0 only
     bar: tqdm | None = None  # the progress bar
@@ -313,6 +314,10 @@ def _resume(run: _RunState) -> None:
     run.elapsed_before = state.get("elapsed", run.wall)  # checkpoints of older versions lack it
     run.epoch, run.index = state["data"]["epoch"], state["data"]["batch"]
     set_rng_state(state["rng"][run.rank])
+    if "log_window" in state:  # the updates since the last train record (older checkpoints: none)
+        window = state["log_window"][run.rank]
+        run.window_loss, run.window_tokens = window["loss"], window["tokens"]
+        run.window_seconds = window["seconds"]
     if run.rank == 0:
         _truncate_metrics(run.run_dir / "metrics.jsonl", run.step)
         run.write_settings()  # the settings it runs with from now on (resumable_changes)
@@ -370,7 +375,7 @@ def _log_window(run: _RunState) -> None:
         torch.tensor([run.window_loss, run.window_tokens], device=run.device, dtype=torch.float64)
     )
     mean = (sums[0] / sums[1].clamp(min=1)).item()
-    seconds = time.perf_counter() - run.window_start
+    seconds = time.perf_counter() - run.window_start + run.window_seconds
     record = {
         "kind": "train",
         "step": run.step,
@@ -386,6 +391,7 @@ def _log_window(run: _RunState) -> None:
         loss=f"{mean:.3f}", lr=f"{run.lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
     )
     run.window_loss, run.window_tokens, run.window_start = 0.0, 0, time.perf_counter()
+    run.window_seconds = 0.0
 
 
 def _maybe_validate(
@@ -426,6 +432,9 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
     if not (regular or out_of_time):
         return
     rngs = distributed.all_gather(rng_state())  # every process takes part
+    window = {"loss": run.window_loss, "tokens": run.window_tokens}
+    window["seconds"] = time.perf_counter() - run.window_start + run.window_seconds
+    windows = distributed.all_gather(window)  # a resumed run's next train record sums them too
     if run.rank != 0:
         return
     state = {
@@ -436,6 +445,7 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
         "data": {"epoch": run.epoch, "batch": run.index},
         "config": run.settings,
         "rng": rngs,
+        "log_window": windows,
         "wall": run.wall,
         "elapsed": run.elapsed(),
         **(attachments or {}),
