@@ -173,6 +173,11 @@ def test_train_under_torchrun_with_two_processes(tmp_path):
 
     state = load_checkpoint(out / "checkpoints" / "last.pt")
     assert state["step"] == 2 and len(state["rng"]) == 2  # both processes' random states
+    from transformer_lib.recipe import PROFILES
+
+    # the profile's tokens per update, shared out: each process batches half of them
+    per_update = PROFILES["ci"].training.max_tokens
+    assert state["config"]["training"]["max_tokens"] * 2 == per_update
 
 
 @pytest.mark.slow

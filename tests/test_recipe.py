@@ -199,3 +199,14 @@ def test_the_library_hash_ignores_the_tangles_line_markers(library_copy):
     model.write_text(re.sub(r"(# %% book/\S+\.md:)(\d+)", r"\g<1>9\2", text), encoding="utf-8")
     assert model.read_text(encoding="utf-8") != text
     assert recipe.library_hash() == before
+
+
+def test_a_profile_of_any_number_of_processes_keeps_its_tokens_per_update():
+    """Under torchrun a process's budget is the profile's tokens per update over the processes
+    (the two-process run of tests/test_cli.py checks it end to end); a number of processes that
+    does not divide it is refused, saying so."""
+    training = recipe.PROFILES["full"].training
+    assert recipe._shared_out(training, 1, "full") == training
+    assert recipe._shared_out(training, 8, "full").max_tokens * 8 == training.max_tokens
+    with pytest.raises(recipe.RecipeError, match="do not divide among 3 processes"):
+        recipe._shared_out(training, 3, "full")

@@ -43,7 +43,9 @@ class Profile:
     vocab_size: int = VOCAB_SIZE  # the joint BPE vocabulary the data chapter chose
     max_len: int = 128  # training pairs with a longer side (in BPE tokens) are left out
     bleu_sentences: int = 0  # validation sentences translated (greedy) at each validation
-    processes: int | None = None  # None: any number (one per GPU); N: exactly N processes
+    # None: any number (one per GPU), training.max_tokens then being the tokens of one update,
+    # shared out among them; N: exactly N processes, each with training.max_tokens
+    processes: int | None = None
     shipped_dtype: str = "float32"  # the weights of the model that ships with a run's report
     alpha: float = 0.6  # the length penalty its runs are evaluated with (§6.1, beam 4)
 
@@ -212,6 +214,21 @@ def _run_tokenizer(path: Path, train_pairs: list, vocab_size: int) -> BPETokeniz
     return BPETokenizer.load(path)
 
 
+def _shared_out(training: TrainingConfig, world: int, name: str) -> TrainingConfig:
+    """A profile of any number of processes updates with its own tokens per update whatever that
+    number: its ``max_tokens`` shared out among the ``world`` processes (each process's batch
+    budget is ``max_tokens``), so that the learning-rate schedule sees the batches it was set for.
+    """
+    if world == 1:
+        return training
+    if training.max_tokens % world:
+        raise RecipeError(
+            f"the {name} profile's {training.max_tokens} tokens per update do not divide among "
+            f"{world} processes: start it with a number of processes that divides them"
+        )
+    return dataclasses.replace(training, max_tokens=training.max_tokens // world)
+
+
 def train_translation(
     profile: str | Profile,
     src: str,
@@ -289,6 +306,7 @@ def train_translation(
             f"start it with torchrun --standalone --nproc-per-node {profile.processes} "
             "-m transformer_lib train ... (tools/real_run.py does)"
         )
+    training = _shared_out(training, world, name) if profile.processes is None else training
     tokenizer = _run_tokenizer(out / "tokenizer.json", train_pairs, profile.vocab_size)
 
     vocab = tokenizer.vocab_size
@@ -324,7 +342,7 @@ def train_translation(
     )
 
 
-# %% book/runs.md:631 (cell 16)
+# %% book/runs.md:649 (cell 16)
 def library_hash() -> str:
     """A hash of every module of the library: the identity of the code that trains a run.
 
