@@ -7,10 +7,9 @@
 line*)."""
 
 import argparse
-import shutil
-import tempfile
 from pathlib import Path
 
+from transformer_lib.provenance import atomic_folder
 from transformer_lib.usage import UsageError
 
 EXPORT_FORMATS = ("hf", "onnx", "ctranslate2")
@@ -50,8 +49,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 def _export_aside(form: str, model, tokenizer, out: Path) -> None:
     """ONNX graphs or a CTranslate2 folder, written aside and moved into ``out`` whole."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with atomic_folder(out) as staging:
         if form == "onnx":
             from transformer_lib.export import export_graphs
 
@@ -61,9 +59,6 @@ def _export_aside(form: str, model, tokenizer, out: Path) -> None:
             from transformer_lib.engine import convert_to_ctranslate2
 
             convert_to_ctranslate2(model, tokenizer, staging)
-        staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 __all__ = [

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -47,6 +48,23 @@ def atomic_file(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
         raise
 
 
+@contextmanager
+def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
+    """A folder that appears at ``path`` complete or not at all, as :func:`atomic_file` makes a
+    file: the block fills the temporary folder it is given, beside ``path``, which is renamed to
+    ``path`` when the block ends without an error and deleted otherwise. ``path`` must not exist
+    by then (the block may delete an older copy last); if it does, the rename raises ``OSError``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        yield staging
+        staging.rename(path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already after the rename
+
+
 def stale_temporaries(folder: str | os.PathLike) -> list[Path]:
     """The temporary files that :func:`atomic_file` left in ``folder`` when its process was killed
     before it could rename or delete them (``.<name>.<random>.tmp``)."""
@@ -79,7 +97,7 @@ def jsonable(config) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-# %% book/runs.md:156 (cell 8)
+# %% book/runs.md:174 (cell 8)
 def _git(*command: str) -> str | None:
     """The output of ``git <command>`` in the checkout the package is imported from, or None
     where git or .git is missing."""
@@ -164,6 +182,7 @@ def environment(device) -> dict:
 __all__ = [
     "COMMIT_ENV",
     "atomic_file",
+    "atomic_folder",
     "stale_temporaries",
     "remove_stale_temporaries",
     "write_text_atomically",

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -23,7 +22,7 @@ from transformer_lib.export import (
     quantize_graph,
 )
 from transformer_lib.pretrained import evaluated_alpha, load_pretrained, verify_model_folder
-from transformer_lib.provenance import write_json
+from transformer_lib.provenance import atomic_folder, write_json
 from transformer_lib.tokenizer import BOS_ID, EOS_ID
 
 PAGE_MODELS = ("multi30k-de-en-laptop", "multi30k-en-de-laptop")  # the translator page's
@@ -77,9 +76,7 @@ def export_model_folder(
         if recorded.get("key") == key:
             return recorded
     model, _ = load_pretrained(folder)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:  # written aside, then moved in whole: an interrupted export leaves no half folder
+    with atomic_folder(out) as staging:  # an interrupted export leaves no half folder
         export_graphs(model, staging / "float32", served_length)
         (staging / "8bit").mkdir()
         for name in GRAPHS:
@@ -104,10 +101,7 @@ def export_model_folder(
             "versions": _tool_versions(),
         }
         write_json(staging / "export.json", description)
-        shutil.rmtree(out, ignore_errors=True)
-        staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)  # the export of an older key
     return description
 
 
