@@ -310,11 +310,17 @@ def install_spec(app: Sphinx) -> str:
 SETUP_SOURCE = Path(__file__).with_name("notebook_setup.py")  # the set-up cell, as a script
 
 
+def archive_url(repository_url: str, ref: str) -> str:
+    """GitHub's archive of a repository at a commit or branch."""
+    return f"{repository_url.rstrip('/')}/archive/{ref}.tar.gz"
+
+
 def published_source(app: Sphinx) -> str:
-    """The archive of the repository at the commit this site was built from (GitHub's)."""
-    url = (app.config.html_theme_options or {}).get("repository_url", "").rstrip("/")
-    ref = os.environ.get("BOOK_SITE_REF") or os.environ.get("GITHUB_SHA") or "main"
-    return f"{url}/archive/{ref}.tar.gz"
+    """The archive of the repository at the commit this site was built from."""
+    url = (app.config.html_theme_options or {}).get("repository_url", "")
+    return archive_url(
+        url, os.environ.get("BOOK_SITE_REF") or os.environ.get("GITHUB_SHA") or "main"
+    )
 
 
 def setup_cell_source(app: Sphinx | None = None, source: str | None = None) -> str:

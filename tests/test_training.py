@@ -222,7 +222,7 @@ def test_missing_and_foreign_checkpoints_are_clear_errors(tmp_path):
 # ---------------------------------------------------------------------------- the loop
 
 
-def run(tmp_path, max_steps, resume=False, name="run", **overrides):
+def run(tmp_path, max_steps, resume=False, name="run", time_limit=None, **overrides):
     settings = dict(
         max_steps=max_steps, warmup_steps=4, log_every=3, checkpoint_every=5, keep_checkpoints=2
     )
@@ -239,6 +239,7 @@ def run(tmp_path, max_steps, resume=False, name="run", **overrides):
         valid_batches=toy_batches(-1)[:2],
         model_config=model.config,
         resume=resume,
+        time_limit=time_limit,
         device="cpu",
         progress=False,
     )
@@ -276,27 +277,10 @@ def test_the_logging_window_resumes_exactly(tmp_path):
     records as a run that never stopped: each checkpoint carries the window of updates since the
     last record, and the resumed call sums them in."""
 
-    def call(name, max_steps, resume=False, time_limit=None):
-        torch.manual_seed(0)
-        model = ToyModel()
-        config = TrainingConfig(max_steps=max_steps, warmup_steps=4, log_every=3)
-        return training.train(
-            model,
-            toy_batches,
-            config,
-            tmp_path / name,
-            d_model=model.d_model,
-            pad_id=0,
-            resume=resume,
-            time_limit=time_limit,
-            device="cpu",
-            progress=False,
-        )
-
-    call("straight", 8)
-    calls, summary = 1, call("cut", 8, time_limit=1e-9)
+    run(tmp_path, 8, name="straight")
+    calls, (_, summary) = 1, run(tmp_path, 8, name="cut", time_limit=1e-9)
     while not summary["finished"]:
-        calls, summary = calls + 1, call("cut", 8, resume=True, time_limit=1e-9)
+        calls, (_, summary) = calls + 1, run(tmp_path, 8, True, "cut", time_limit=1e-9)
     assert calls == 8  # one update a call: every record's window spans several calls
 
     def train_records(name):
@@ -305,7 +289,7 @@ def test_the_logging_window_resumes_exactly(tmp_path):
         return [(r["step"], r["loss"], r["lr"]) for r in records if r["kind"] == "train"]
 
     assert train_records("cut") == train_records("straight")
-    assert [step for step, *_ in train_records("straight")] == [3, 6, 8]
+    assert [step for step, *_ in train_records("straight")] == [3, 6, 8]  # log_every 3
 
 
 def test_run_folder_layout_and_checkpoint_rotation(tmp_path):

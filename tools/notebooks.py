@@ -31,7 +31,7 @@ OUT = ROOT / "_build" / "notebooks"
 def published_source() -> str:
     """The archive of the repository named in _config.yml, at its branch."""
     repository = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
-    return f"{repository['url'].rstrip('/')}/archive/{repository.get('branch', 'main')}.tar.gz"
+    return book_site.archive_url(repository["url"], repository.get("branch", "main"))
 
 
 def chapter_notebook(chapter: Path) -> str:
