@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--results", type=Path, help="report folder to write (required)")
     parser.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
     parser.add_argument("--max-steps", type=int, help="train to this many updates (tests)")
+    parser.add_argument(
+        "--seed", type=int, help="another seed than the profile's (the noise of one run)"
+    )
     parser.add_argument("--time-limit", type=float, help="seconds of training in this command")
     parser.add_argument("--limit", type=int, help="evaluate only the first N test sentences")
     parser.add_argument("--average", type=int, default=5, help="checkpoints to average (5)")
@@ -115,7 +118,7 @@ def check(args: argparse.Namespace) -> None:
     from transformer_lib.recipe import PROFILES
 
     search = search_settings(args)
-    shortened = args.max_steps is not None or args.limit is not None
+    shortened = args.max_steps is not None or args.limit is not None or args.seed is not None
     # §6.1's beam and output length, and the length penalty of the profile's evaluation
     recipe = SearchConfig(alpha=PROFILES[args.profile].alpha, batch_size=search.batch_size)
     not_the_recipe = search != recipe
@@ -124,7 +127,7 @@ def check(args: argparse.Namespace) -> None:
     ):
         raise UsageError(
             f"{args.results} is reserved for complete runs of the profiles {', '.join(RECORDED)} "
-            "evaluated as the recipe does (no --max-steps, no --limit, the default --beam, "
+            "evaluated as the recipe does (no --max-steps, --seed or --limit, the default --beam, "
             "--alpha and --extra-length): write other runs elsewhere, e.g. under runs/"
         )
     if args.results.resolve() == args.work.resolve():
@@ -322,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             train += ["--src", args.src, "--tgt", args.tgt, "--out", str(args.work)]
             train += ["--resume"] if steps > 0 else []
             train += ["--max-steps", str(args.max_steps)] if args.max_steps else []
+            train += ["--seed", str(args.seed)] if args.seed is not None else []
             train += ["--time-limit", str(args.time_limit)] if args.time_limit is not None else []
             train += ["--data-dir", str(args.data_dir)] if args.data_dir else []
             train += ["--quiet"] if args.quiet else []

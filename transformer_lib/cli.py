@@ -84,6 +84,7 @@ def add_train_command(commands) -> None:
     command.add_argument("--out", required=True, type=Path, help="the run folder")
     command.add_argument("--resume", action="store_true", help="continue from checkpoints/last.pt")
     command.add_argument("--max-steps", type=int, help="train to this many updates instead")
+    command.add_argument("--seed", type=int, help="another seed than the profile's")
     command.add_argument(
         "--time-limit", type=float, help="stop after this many seconds, ready for --resume"
     )
@@ -174,6 +175,7 @@ def run_train(args: argparse.Namespace) -> int:
             corpus=corpus,
             resume=args.resume,
             max_steps=args.max_steps,
+            seed=args.seed,
             time_limit=args.time_limit,
             device=device,
             progress=not args.quiet,
@@ -191,7 +193,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:492 (cell 19)
+# %% book/command_line.md:494 (cell 19)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -218,7 +220,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:589 (cell 23)
+# %% book/command_line.md:591 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -346,7 +348,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:756 (cell 27)
+# %% book/command_line.md:758 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

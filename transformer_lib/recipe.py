@@ -239,6 +239,7 @@ def train_translation(
     corpus: ParallelCorpus | None = None,
     resume: bool = False,
     max_steps: int | None = None,
+    seed: int | None = None,
     time_limit: float | None = None,
     device: str | torch.device | None = None,
     progress: bool = True,
@@ -268,6 +269,8 @@ def train_translation(
             Multi30k.
         resume: continue the run in ``out``.
         max_steps: replaces the profile's number of updates.
+        seed: replaces the profile's seed (initial weights, batch order, dropout): another
+            run of the same recipe, to measure how much of a score is the seed.
         time_limit: seconds after which this call stops, with a checkpoint to resume from.
         device: where to train; None: CUDA if available, else the CPU.
         progress: show a tqdm bar.
@@ -295,6 +298,8 @@ def train_translation(
         if max_steps < 1:
             raise RecipeError(f"max_steps must be at least 1, got {max_steps}")
         training = dataclasses.replace(training, max_steps=max_steps)
+    if seed is not None:
+        training = dataclasses.replace(training, seed=seed)
     # The data is read and checked before any other work.
     train_pairs, valid_pairs, metadata = _read_pairs(src, tgt, name, data_dir, corpus)
     _writable_folder(out)
@@ -342,7 +347,7 @@ def train_translation(
     )
 
 
-# %% book/runs.md:667 (cell 16)
+# %% book/runs.md:672 (cell 16)
 def library_hash() -> str:
     """A hash of every module of the library: the identity of the code that trains a run.
 
