@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The laptop profile trained again with other seeds, in both directions: how much of one run's
+# score is its seed (chapter "The real run"). Each run takes about an hour of two cores; run this
+# on an otherwise idle machine, in the background:
+#
+#     nohup bash tools/laptop_seeds.sh > runs/laptop-seeds.log 2>&1 &
+#
+# Run it again after an interruption: each run resumes from its last checkpoint, and a finished
+# run only has its report written again. English -> German with seed 1 was trained earlier
+# (results/laptop-search-2/hour/seed_1-en-de.*); seed 0 is the recorded runs'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-.venv/bin/python}
+for run in de-en:1 en-de:2 de-en:2; do
+    pair=${run%%:*} seed=${run##*:}
+    src=${pair%%-*} tgt=${pair##*-}
+    report=results/laptop-seeds/$pair-seed_$seed
+    if [ -f "$report/bleu.json" ]; then
+        echo "$report: already written"
+        continue
+    fi
+    "$python" tools/real_run.py --profile laptop --src "$src" --tgt "$tgt" --seed "$seed" \
+        --work "runs/laptop-$pair-seed_$seed" --results "$report" --quiet
+done
