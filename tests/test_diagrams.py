@@ -1,10 +1,12 @@
-"""Figures 1 and 2 as our code draws them: every box names code that exists and links to the cell
-that defines it, the drawing follows the configuration, and Figure 1's shapes are the model's.
+"""Figures 1 and 2 and the anatomy of a run as our code draws them: every box names code that
+exists and links to the cell that defines it, the drawing follows the configuration, Figure 1's
+shapes are the model's, and the anatomy's steps are those the training loop calls.
 
 The SVG is read back with ``xml.etree.ElementTree``, as a browser would parse it.
 """
 
 import ast
+import dataclasses
 import importlib
 import inspect
 import re
@@ -16,6 +18,7 @@ import pytest
 import torch
 import yaml
 
+from transformer_lib import training
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_lib.book import diagrams
 from transformer_lib.model import Transformer, TransformerConfig
@@ -42,6 +45,7 @@ def figures() -> dict[str, str]:
         ("no FFN", dict(feed_forward=False)),
     ]:
         drawn[f"figure 1, {name}"] = diagrams.figure_1(small_model(**changes), SRC, TGT)
+    drawn["the anatomy of a run"] = diagrams.run_anatomy()
     return drawn
 
 
@@ -79,6 +83,12 @@ def resolve(path: str):
                 raise AssertionError(f"{path}: {part} not found")
         return obj
     raise AssertionError(f"{path}: no module")
+
+
+def chapters_of(module: str) -> list[str]:
+    """The chapters that build a module of the library, as its generated header names them."""
+    header = (ROOT / "transformer_lib" / f"{module}.py").read_text().splitlines()[0]
+    return re.findall(r"book/(\w+)\.md", header)
 
 
 def chapter_cells(page: str) -> list:
@@ -141,7 +151,7 @@ def test_every_link_points_to_a_target_before_the_cell_that_defines_it():
             if isinstance(node, ast.FunctionDef | ast.ClassDef)
         }
         assert name in defined, f"{href}: the cell after the target does not define {name}"
-        assert path.split(".")[1] == page  # the module is built in the chapter of that name
+        assert page in chapters_of(path.split(".")[1])  # a chapter that builds the module
 
 
 def test_targets_are_unique_in_the_book():
@@ -229,3 +239,55 @@ def test_a_class_defined_in_a_notebook_links_to_the_library():
     )
     with pytest.raises(ValueError, match="no chapter"):
         diagrams.code_link(type("Elsewhere", (), {"__module__": "__main__"}))
+
+
+# ---------------------------------------------------------------------------- the anatomy of a run
+
+
+def step_name(path: str) -> str:
+    """A step as RUN_STEPS names it, from the dotted path of its link."""
+    return path.removeprefix("transformer_lib.").removeprefix("training.")
+
+
+def test_the_anatomy_draws_every_step_that_train_calls_and_no_other():
+    """The steps are read from train's source; the test reads it a second way, as text."""
+    source = inspect.getsource(training.train)
+    called = set(re.findall(r"\b(_[a-z_]+|distributed\.[a-z_]+)\(", source))
+    drawn = [step_name(path) for _, path, _ in links(FIGURES["the anatomy of a run"])]
+    assert sorted(drawn) == sorted(called) == sorted(diagrams.train_steps())
+    loop = source[source.index("while run.step") :]
+    order = sorted(called & set(re.findall(r"\b(_[a-z_]+)\(", loop)), key=loop.index)
+    assert drawn[-len(order) :] == order  # each turn of the loop, in train's order
+
+
+def test_the_anatomy_colours_each_step_by_the_processes_that_run_it():
+    """A step that holds a collective operation is drawn for every process together; the steps
+    of the first process alone are those that return on every other."""
+    kinds = {
+        step_name(a.find(f"{SVG}title").text): a.find(f"{SVG}rect").get("class")
+        for a in ET.fromstring(FIGURES["the anatomy of a run"]).iter(f"{SVG}a")
+    }
+    assert kinds == {step.name: f"step-{step.who}" for step in diagrams.RUN_STEPS}
+    assert [name for name, kind in kinds.items() if kind == "step-first"] == ["_maybe_validate"]
+    assert kinds["_update"] == kinds["_maybe_checkpoint"] == "step-together"
+
+
+def redrawn(name: str, who: str) -> list:
+    """RUN_STEPS with the step ``name`` drawn as ``who``."""
+    return [dataclasses.replace(s, who=who) if s.name == name else s for s in diagrams.RUN_STEPS]
+
+
+@pytest.mark.parametrize(
+    "steps, message",
+    [
+        (diagrams.RUN_STEPS[:-1], "the anatomy draws"),  # a step of train left out
+        ([*diagrams.RUN_STEPS, diagrams.RunStep("_gone", "", "each")], "the anatomy draws"),
+        (redrawn("_update", "each"), "_update is drawn as 'each'"),  # its collective unseen
+        (redrawn("_open", "first"), "_open is drawn as 'first'"),  # all processes run it
+        (redrawn("_maybe_validate", "each"), "_maybe_validate is drawn as 'each'"),
+    ],
+)
+def test_the_anatomy_refuses_to_drift_from_the_loop(monkeypatch, steps, message):
+    monkeypatch.setattr(diagrams, "RUN_STEPS", steps)
+    with pytest.raises(ValueError, match=message):
+        diagrams.run_anatomy()

@@ -1,6 +1,7 @@
 """Training (§5): the schedule against formula (3), label smoothing against a written-out
 computation, checkpoints that survive crashes and refuse code, and exact resumption."""
 
+import copy
 import dataclasses
 import json
 import math
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
+import torch.nn.functional as F
 from toy_seq2seq import ToyModel, toy_batches
 
 from transformer_lib import recipe, training
@@ -286,7 +288,7 @@ def test_the_logging_window_resumes_exactly(tmp_path):
     def train_records(name):
         lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines]
-        return [(r["step"], r["loss"], r["lr"]) for r in records if r["kind"] == "train"]
+        return [(r["step"], r["loss"], r["nll"], r["lr"]) for r in records if r["kind"] == "train"]
 
     assert train_records("cut") == train_records("straight")
     assert [step for step, *_ in train_records("straight")] == [3, 6, 8]  # log_every 3
@@ -303,7 +305,8 @@ def test_run_folder_layout_and_checkpoint_rotation(tmp_path):
     records = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train_records] == [3, 6, 9, 12, 15, 17]
-    assert {"loss", "ppl", "lr", "tokens_per_s", "wall_s", "elapsed_s"} <= set(train_records[0])
+    fields = {"loss", "nll", "ppl", "lr", "tokens_per_s", "wall_s", "elapsed_s"}
+    assert fields <= set(train_records[0])
     assert all(r["elapsed_s"] >= r["wall_s"] for r in records)  # the updates are part of it
     valid_steps = [r["step"] for r in records if r["kind"] == "valid"]
     assert valid_steps == [3, 6, 9, 12, 15, 17]  # after each epoch, and after the last update
@@ -458,6 +461,116 @@ def test_a_checkpoint_of_a_version_without_cooldowns_still_resumes(tmp_path):
     torch.save(state, path)
     _, summary = run(tmp_path, 10, resume=True)
     assert summary["step"] == 10
+
+
+def read_records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def without_clocks(records: list[dict]) -> list[dict]:
+    clocks = {"wall_s", "elapsed_s", "tokens_per_s"}
+    return [{k: v for k, v in r.items() if k not in clocks} for r in records]
+
+
+@pytest.mark.parametrize("smoothing", [0.1, 0.0])
+def test_the_logged_nll_is_the_unsmoothed_cross_entropy_of_the_same_predictions(
+    tmp_path, smoothing
+):
+    """One update, one train record: ``loss`` is the label-smoothed cross-entropy the update
+    minimised and ``nll`` that of the same logits without smoothing, each against PyTorch's
+    ``F.cross_entropy`` on the model as it was before the update; ``ppl`` is exp(nll)."""
+    torch.manual_seed(0)
+    model = ToyModel(dropout=0.0)
+    before = copy.deepcopy(model)
+    config = TrainingConfig(max_steps=1, warmup_steps=1, log_every=1, label_smoothing=smoothing)
+    training.train(
+        model,
+        toy_batches,
+        config,
+        tmp_path / "run",
+        d_model=model.d_model,
+        pad_id=0,
+        valid_batches=toy_batches(-1)[:1],
+        device="cpu",
+        progress=False,
+    )
+    train_record, valid_record = read_records(tmp_path / "run")
+    batch = toy_batches(0)[0]
+    with torch.no_grad():
+        logits = before(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).flatten(0, 1)
+    target = batch.tgt_out.flatten()
+    smoothed = F.cross_entropy(logits, target, ignore_index=0, label_smoothing=smoothing)
+    nll = F.cross_entropy(logits, target, ignore_index=0)
+    assert train_record["loss"] == pytest.approx(smoothed.item(), rel=1e-6)
+    assert train_record["nll"] == pytest.approx(nll.item(), rel=1e-6)
+    assert train_record["ppl"] == pytest.approx(math.exp(nll.item()), rel=1e-6)
+    if smoothing:
+        assert abs(train_record["loss"] - train_record["nll"]) > 1e-3  # two different measures
+    else:
+        assert train_record["loss"] == train_record["nll"]
+    # validation is never smoothed: its loss is its nll, under both names
+    assert valid_record["kind"] == "valid" and valid_record["nll"] == valid_record["loss"]
+    assert valid_record["ppl"] == pytest.approx(math.exp(valid_record["nll"]))
+
+
+def test_a_checkpoint_without_the_nll_window_still_resumes(tmp_path):
+    """A checkpoint written before the unsmoothed NLL was logged, between two train records:
+    the resumed run's next record lacks nll and ppl (half its window is unknown), later records
+    have them, and the smoothed losses are those of a run that never stopped."""
+    run(tmp_path, 10, name="straight")
+    run(tmp_path, 10, time_limit=1e-9)  # stops after update 1, before the first record (3)
+    path = tmp_path / "run/checkpoints/last.pt"
+    state = torch.load(path, weights_only=True)
+    assert state["step"] == 1 and state["log_window"][0]["tokens"] > 0
+    for window in state["log_window"]:
+        del window["nll"]
+    torch.save(state, path)
+    _, summary = run(tmp_path, 10, resume=True)
+    assert summary["step"] == 10
+    train = [r for r in read_records(tmp_path / "run") if r["kind"] == "train"]
+    straight = [r for r in read_records(tmp_path / "straight") if r["kind"] == "train"]
+    assert [("nll" in r, "ppl" in r) for r in train] == [(False, False)] + [(True, True)] * 3
+    assert [r["loss"] for r in train] == [r["loss"] for r in straight]
+    assert [r["nll"] for r in train[1:]] == [r["nll"] for r in straight[1:]]
+
+
+def test_a_killed_runs_log_is_cut_back_to_its_checkpoint(tmp_path):
+    """A run killed after update 17 whose last checkpoint is of update 10: the resumed call
+    drops the records logged after 10, logs them again, and the log is that of a run that
+    never stopped (the clocks aside)."""
+    run(tmp_path, 17, name="straight", keep_checkpoints=9)
+    kill_after(tmp_path, "straight", 10, "killed")
+    assert read_records(tmp_path / "killed")[-1]["step"] == 17  # logged past the checkpoint
+    run(tmp_path, 17, resume=True, name="killed")
+    killed, straight = (read_records(tmp_path / name) for name in ("killed", "straight"))
+    assert without_clocks(killed) == without_clocks(straight)
+
+
+def test_a_resume_with_another_number_of_processes_is_refused(tmp_path):
+    """A checkpoint holds each process's random generators: one written by two processes
+    cannot continue exactly in one, and says so."""
+    run(tmp_path, 5)
+    path = tmp_path / "run/checkpoints/last.pt"
+    state = torch.load(path, weights_only=True)
+    state["rng"], state["log_window"] = state["rng"] * 2, state["log_window"] * 2
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match="written by 2 processes and this run has 1"):
+        run(tmp_path, 10, resume=True)
+
+
+def test_training_data_without_a_batch_is_refused(tmp_path):
+    model = ToyModel()
+    with pytest.raises(ValueError, match="the training data is empty"):
+        training.train(
+            model,
+            lambda epoch: [],
+            TrainingConfig(max_steps=2, warmup_steps=1),
+            tmp_path / "run",
+            d_model=model.d_model,
+            pad_id=0,
+            device="cpu",
+            progress=False,
+        )
 
 
 def test_accumulation_equals_one_big_batch(tmp_path):

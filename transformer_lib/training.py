@@ -98,7 +98,7 @@ class TrainingConfig:
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:394 (cell 23)
+# %% book/training.md:399 (cell 23)
 def update_step(
     network: nn.Module,
     group: Sequence,
@@ -107,17 +107,20 @@ def update_step(
     config: TrainingConfig,
     pad_id: int,
     autocast=None,
-) -> tuple[float, int]:
+) -> tuple[float, float, int]:
     """One optimizer update (§5.3) from the batches of ``group``, on this process.
 
-    Returns the summed smoothed loss of the batches and their number of target tokens. The gradient
-    is that of the loss summed over the whole update, divided by its target tokens over all
-    processes. ``network`` is the model, or its DistributedDataParallel wrapper under torchrun.
+    Returns three sums over the batches: the smoothed loss that the update minimises, the
+    negative log-likelihood of the same logits without smoothing (§5.4's smoothing hurts
+    perplexity: this is the measure that compares with validation), and the target tokens. The
+    gradient is that of the smoothed loss summed over the whole update, divided by its target
+    tokens over all processes. ``network`` is the model, or its DistributedDataParallel wrapper
+    under torchrun.
     """
     world = distributed.rank_and_world()[1]
     local = sum(int((b.tgt_out != pad_id).sum()) for b in group)
     tokens = int(distributed.all_reduce(torch.tensor(local, device=group[0].src.device)))
-    total = 0.0
+    total, total_nll = 0.0, 0.0
     for i, batch in enumerate(group):
         sync = world == 1 or i == len(group) - 1
         # Gradients of all but the last batch stay local: one all-reduce per update.
@@ -127,16 +130,21 @@ def update_step(
             loss, _ = label_smoothed_loss(logits, batch.tgt_out, pad_id, config.label_smoothing)
             # DDP averages gradients over processes; scale so the result is sum / tokens.
             (loss * world / tokens).backward()
-        total += loss.item()
+        with torch.no_grad():  # for the log only: the logits above, no second forward pass
+            nll = loss.detach()
+            if config.label_smoothing:
+                nll, _ = label_smoothed_loss(logits.detach(), batch.tgt_out, pad_id, 0.0)
+            loss_sum, nll_sum = torch.stack([loss.detach(), nll]).tolist()  # one device sync
+        total, total_nll = total + loss_sum, total_nll + nll_sum
     if config.clip_grad_norm is not None:
         nn.utils.clip_grad_norm_(network.parameters(), config.clip_grad_norm)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return total, local
+    return total, total_nll, local
 
 
-# %% book/training_loop.md:71 (cell 3)
+# %% book/training_loop.md:130 (cell 8)
 import json
 import random
 import time
@@ -164,7 +172,8 @@ from transformer_lib.schedule import make_optimizer
 @torch.no_grad()
 def evaluate_loss(model: nn.Module, batches: Iterable, pad_id: int, device=None) -> dict:
     """Mean negative log-likelihood per target token, without smoothing, and its perplexity (the
-    measure of Table 3, §6.2, here per BPE token)."""
+    measure of Table 3, §6.2, here per BPE token). ``loss`` and ``nll`` are the same number:
+    validation is never smoothed, and ``nll`` is the name a train record gives it too."""
     was_training = model.training
     model.eval()
     total, tokens = 0.0, 0
@@ -175,7 +184,7 @@ def evaluate_loss(model: nn.Module, batches: Iterable, pad_id: int, device=None)
         total, tokens = total + loss.item(), tokens + int(count)
     model.train(was_training)
     mean = total / max(tokens, 1)
-    return {"loss": mean, "ppl": float(np.exp(min(mean, 50.0))), "tokens": tokens}
+    return {"loss": mean, "nll": mean, "ppl": float(np.exp(min(mean, 50.0))), "tokens": tokens}
 
 
 def resumable_changes(saved: dict, config: TrainingConfig, step: int) -> frozenset[str]:
@@ -225,7 +234,8 @@ class _RunState:
     elapsed_before: float = 0.0  # seconds of the earlier calls, everything included
     called: float = 0.0  # perf_counter() when this call's loop began
     lr: float = 0.0  # the rate the latest update used
-    window_loss: float = 0.0  # summed loss of the updates since the last train record
+    window_loss: float = 0.0  # summed smoothed loss of the updates since the last train record
+    window_nll: float | None = 0.0  # their summed NLL unsmoothed; None: unknown (see _resume)
     window_tokens: int = 0  # their target tokens on this process
     window_start: float = 0.0  # perf_counter() when that window began, or this call did
     window_seconds: float = 0.0  # seconds the window ran in earlier calls (a resumed window)
@@ -249,6 +259,7 @@ class _RunState:
         write_text_atomically(self.run_dir / "config.json", text)
 
 
+# %% book/training_loop.md:257 (cell 10)
 def _prepare(
     model: nn.Module,
     config: TrainingConfig,
@@ -318,6 +329,8 @@ def _resume(run: _RunState) -> None:
         window = state["log_window"][run.rank]
         run.window_loss, run.window_tokens = window["loss"], window["tokens"]
         run.window_seconds = window["seconds"]
+        # Checkpoints written before the NLL was logged lack it: unknown unless the window is empty.
+        run.window_nll = window.get("nll", None if window["tokens"] else 0.0)
     if run.rank == 0:
         _truncate_metrics(run.run_dir / "metrics.jsonl", run.step)
         run.write_settings()  # the settings it runs with from now on (resumable_changes)
@@ -342,6 +355,7 @@ def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) ->
     run.window_start = run.called = time.perf_counter()
 
 
+# %% book/training_loop.md:364 (cell 12)
 def _update(
     run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], pad_id: int, autocast
 ) -> bool:
@@ -356,10 +370,11 @@ def _update(
             run.epoch, run.index, epoch_ended = run.epoch + 1, 0, True
             run.epoch_batches = batches(run.epoch)
     run.lr = run.optimizer.param_groups[0]["lr"]  # the rate this update uses
-    loss, local = update_step(
+    loss, nll, local = update_step(
         network, group, run.optimizer, run.scheduler, run.config, pad_id, autocast
     )
     run.window_loss, run.window_tokens = run.window_loss + loss, run.window_tokens + local
+    run.window_nll = None if run.window_nll is None else run.window_nll + nll
     run.step += 1
     run.wall += time.perf_counter() - started
     run.bar.update(1)
@@ -367,30 +382,27 @@ def _update(
 
 
 def _log_window(run: _RunState) -> None:
-    """Every ``log_every`` updates and after the last: one train record of the window's mean
-    loss per target token over all processes, its perplexity and speed; then a new window."""
+    """Every ``log_every`` updates and after the last: one train record of the window over all
+    processes, per target token: the smoothed loss that training minimises (``loss``), the NLL
+    without smoothing (``nll``) and its perplexity (``ppl``, comparable with validation's), the
+    rate and the speed; then a new window."""
     if not (run.step % run.config.log_every == 0 or run.step == run.config.max_steps):
         return
-    sums = distributed.all_reduce(
-        torch.tensor([run.window_loss, run.window_tokens], device=run.device, dtype=torch.float64)
-    )
-    mean = (sums[0] / sums[1].clamp(min=1)).item()
+    unknown = float(run.window_nll is None)  # a window resumed from an older checkpoint
+    window = [run.window_loss, run.window_nll or 0.0, run.window_tokens, unknown]
+    sums = distributed.all_reduce(torch.tensor(window, device=run.device, dtype=torch.float64))
+    loss, nll = (sums[:2] / sums[2].clamp(min=1)).tolist()
     seconds = time.perf_counter() - run.window_start + run.window_seconds
-    record = {
-        "kind": "train",
-        "step": run.step,
-        "epoch": run.epoch,
-        "loss": mean,
-        "ppl": float(np.exp(min(mean, 50.0))),
-        "lr": run.lr,
-        "tokens_per_s": sums[1].item() / max(seconds, 1e-9),
-        **run.clocks(),
-    }
+    record = {"kind": "train", "step": run.step, "epoch": run.epoch, "loss": loss}
+    if sums[3] == 0:  # an NLL known for the whole window
+        record.update(nll=nll, ppl=float(np.exp(min(nll, 50.0))))
+    record.update(lr=run.lr, tokens_per_s=sums[2].item() / max(seconds, 1e-9), **run.clocks())
     run.log(record)
     run.bar.set_postfix(
-        loss=f"{mean:.3f}", lr=f"{run.lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
+        loss=f"{loss:.3f}", lr=f"{run.lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
     )
-    run.window_loss, run.window_tokens, run.window_start = 0.0, 0, time.perf_counter()
+    run.window_loss, run.window_nll, run.window_tokens = 0.0, 0.0, 0
+    run.window_start = time.perf_counter()
     run.window_seconds = 0.0
 
 
@@ -432,7 +444,7 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
     if not (regular or out_of_time):
         return
     rngs = distributed.all_gather(rng_state())  # every process takes part
-    window = {"loss": run.window_loss, "tokens": run.window_tokens}
+    window = {"loss": run.window_loss, "nll": run.window_nll, "tokens": run.window_tokens}
     window["seconds"] = time.perf_counter() - run.window_start + run.window_seconds
     windows = distributed.all_gather(window)  # a resumed run's next train record sums them too
     if run.rank != 0:
@@ -457,6 +469,7 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
         save_checkpoint(state, folder / "last.pt")
 
 
+# %% book/training_loop.md:481 (cell 14)
 def train(
     model: nn.Module,
     batches: Callable[[int], Sequence],
@@ -489,7 +502,10 @@ def train(
     ``checkpoints/last.pt`` written, so a run can be split over jobs of limited length; the
     summary's ``finished`` says whether it got to ``max_steps``.
 
-    The loop validates every ``validate_every`` updates and after the last one.
+    Every ``log_every`` updates a train record holds the window's smoothed loss, the loss the
+    updates minimise (``loss``), and the negative log-likelihood of the same predictions without
+    smoothing (``nll``) with its perplexity (``ppl``): those compare with validation's. The loop
+    validates every ``validate_every`` updates and after the last one.
     ``valid_metrics(model)``, when given, adds its figures (e.g. the BLEU of a greedy translation
     of some validation sentences) to each validation record; it sees the model in eval mode. Two
     clocks go into the metrics: ``wall_s`` counts the updates alone, ``elapsed_s`` everything the
