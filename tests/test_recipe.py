@@ -210,3 +210,13 @@ def test_a_profile_of_any_number_of_processes_keeps_its_tokens_per_update():
     assert recipe._shared_out(training, 8, "full").max_tokens * 8 == training.max_tokens
     with pytest.raises(recipe.RecipeError, match="do not divide among 3 processes"):
         recipe._shared_out(training, 3, "full")
+
+
+@needs_data
+def test_a_profile_made_for_two_processes_refuses_one(tiny, data_dir, tmp_path):
+    """A profile with a fixed number of processes (the laptop's two) says how to start it,
+    before it trains anything."""
+    pair = dataclasses.replace(TINY, processes=2)
+    with pytest.raises(recipe.RecipeError, match="trains as 2 processes and this is 1"):
+        recipe.train_translation(pair, "de", "en", tmp_path / "run", data_dir=data_dir)
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -118,19 +118,43 @@ def draw_curves(
     plt.show()
 
 
+def _draw_losses(ax, records: Sequence[dict], held_out: str = "held out") -> None:
+    """The losses per target token of a run's metrics.jsonl ``records``, against the update:
+    the training loss as minimised, label-smoothed (solid); the training loss without smoothing
+    (dotted), where the log has it (``nll``: older logs lack it); the held-out loss, which is
+    never smoothed (with dots). Only the last two measure the same thing."""
+    train = [r for r in records if r["kind"] == "train"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    steps = [r["step"] for r in train]
+    ax.plot(steps, [r["loss"] for r in train], color="C0", label="train (smoothed)")
+    unsmoothed = [r for r in train if "nll" in r]
+    if unsmoothed:
+        ax.plot(
+            [r["step"] for r in unsmoothed],
+            [r["nll"] for r in unsmoothed],
+            ":",
+            color="C0",
+            label="train (unsmoothed)",
+        )
+    ax.plot(
+        [r["step"] for r in valid],
+        [r["loss"] for r in valid],
+        "o-",
+        color="C1",
+        label=f"{held_out} (unsmoothed)",
+    )
+
+
 def draw_training_log(
     train_log: list[dict], valid_log: list[dict], floors: Sequence[float] = (), guessing=None
 ) -> None:
     """A run's metrics.jsonl records: the training and validation losses per target token
-    (left; ``floors`` as dashed lines, ``guessing`` as a dotted one) and the learning rate
-    (right), against the update."""
+    (left, see ``_draw_losses``; ``floors`` as dashed lines, ``guessing`` as a dotted one) and
+    the learning rate (right), against the update."""
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.5))
     steps = [r["step"] for r in train_log]
-    left.plot(steps, [r["loss"] for r in train_log], label="train (smoothed)")
-    left.plot(
-        [r["step"] for r in valid_log], [r["loss"] for r in valid_log], "o-", label="held out"
-    )
+    _draw_losses(left, [*train_log, *valid_log])
     for floor, colour in zip(floors, ("C0", "C1"), strict=False):
         left.axhline(floor, color=colour, ls="--", lw=0.8)
     if guessing is not None:
@@ -143,7 +167,7 @@ def draw_training_log(
     plt.show()
 
 
-# %% book/figures.md:994 (cell 22)
+# %% book/figures.md:1018 (cell 22)
 def draw_operation_counts(
     lengths: Sequence[int], counts: dict, projected: Sequence[float], d: int
 ) -> None:
@@ -181,7 +205,7 @@ def draw_path_lengths(lengths: Sequence[int], paths: dict, title: str) -> None:
     plt.show()
 
 
-# %% book/figures.md:1036 (cell 24)
+# %% book/figures.md:1060 (cell 24)
 def draw_positional_encoding(pe: Tensor, dimensions: Sequence[int]) -> None:
     """A table of positional encodings (positions, d_model): the curves of ``dimensions``
     (left) and every dimension as a heat map (right)."""
@@ -198,7 +222,7 @@ def draw_positional_encoding(pe: Tensor, dimensions: Sequence[int]) -> None:
     plt.show()
 
 
-# %% book/figures.md:1058 (cell 26)
+# %% book/figures.md:1082 (cell 26)
 def draw_vocabulary_sweep(sweep: list[dict], chord: Sequence[float], knee: int) -> None:
     """The vocabulary sizes of ``sweep`` (rows of corpus.vocabulary_sweep): tokens per sentence
     with the chord of the knee rule (left), whole words and rare symbols in % (right)."""
@@ -274,16 +298,15 @@ def draw_padding(budgets: Sequence[int], fractions: dict) -> None:
     plt.show()
 
 
-# %% book/figures.md:1138 (cell 28)
+# %% book/figures.md:1162 (cell 28)
 def draw_runs_side_by_side(logs: dict, guessing: float | None = None) -> None:
     """One panel per run of ``logs`` (label -> its metrics.jsonl records), sharing the loss
-    axis: the training and held-out losses, and the loss of guessing as a dotted line."""
+    axis: the training and held-out losses (``_draw_losses``), and the loss of guessing as a
+    dotted line."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(logs), figsize=(11, 3.5), sharey=True)
     for ax, (label, log) in zip(axes, logs.items(), strict=True):
-        for kind, style, name in [("train", "-", "train (smoothed)"), ("valid", "o-", "held out")]:
-            points = [r for r in log if r["kind"] == kind]
-            ax.plot([r["step"] for r in points], [r["loss"] for r in points], style, label=name)
+        _draw_losses(ax, log)
         if guessing is not None:
             ax.axhline(guessing, color="grey", ls=":", lw=0.8, label="guessing")
         ax.set(title=label, xlabel="update")
@@ -293,7 +316,7 @@ def draw_runs_side_by_side(logs: dict, guessing: float | None = None) -> None:
     plt.show()
 
 
-# %% book/figures.md:1161 (cell 30)
+# %% book/figures.md:1184 (cell 30)
 def draw_search_sweep(beams: Sequence[int], by_beam: list, alphas: Sequence[float], by_alpha: list):
     """BLEU (left) and sentences per second (middle) against the beam size, and BLEU with the
     mean output length against α (right); each point a dict with bleu, per_s and length."""
@@ -316,7 +339,7 @@ def draw_search_sweep(beams: Sequence[int], by_beam: list, alphas: Sequence[floa
     plt.show()
 
 
-# %% book/figures.md:1189 (cell 32)
+# %% book/figures.md:1212 (cell 32)
 def draw_route(n_words: int, S: int, d_model: int, n_layers: int, V: int) -> None:
     """The route of one sentence of ``n_words`` words (``S`` pieces with </s>) through a model
     of width ``d_model`` with ``n_layers`` layers a stack and ``V`` target pieces: the encoder,
@@ -382,7 +405,7 @@ def draw_bars(labels: Sequence[str], series: dict, ylabel: str) -> None:
     plt.show()
 
 
-# %% book/figures.md:1259 (cell 34)
+# %% book/figures.md:1282 (cell 34)
 def draw_bleu_against_minutes(curves: dict, xlabel: str) -> None:
     """Greedy validation BLEU against minutes: ``curves`` maps a label to (minutes, BLEU)."""
     plt = _pyplot()
@@ -396,15 +419,12 @@ def draw_bleu_against_minutes(curves: dict, xlabel: str) -> None:
 
 
 def draw_learning_curves(metrics: dict) -> None:
-    """One row a run (label -> its metrics records): the losses, and the learning rate."""
+    """One row a run (label -> its metrics records): the losses (``_draw_losses``: smoothed or
+    not, each curve says), and the learning rate."""
     plt = _pyplot()
     fig, axes = plt.subplots(len(metrics), 2, figsize=(12, 3.2 * len(metrics)), squeeze=False)
     for (label, records), (loss_ax, lr_ax) in zip(metrics.items(), axes, strict=True):
-        for kind, style in (("train", "-"), ("valid", "o-")):
-            points = [r for r in records if r["kind"] == kind]
-            loss_ax.plot(
-                [r["step"] for r in points], [r["loss"] for r in points], style, label=kind
-            )
+        _draw_losses(loss_ax, records, held_out="validation")
         train = [r for r in records if r["kind"] == "train"]
         lr_ax.plot([r["step"] for r in train], [r["lr"] for r in train], color="C2")
         loss_ax.set(ylabel="loss per target token (nats)", xlabel="update")
