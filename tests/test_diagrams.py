@@ -20,7 +20,7 @@ import yaml
 
 from transformer_lib import training
 from transformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer_lib.book import diagrams
+from transformer_lib.book import anatomy, diagrams
 from transformer_lib.model import Transformer, TransformerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def figures() -> dict[str, str]:
         ("no FFN", dict(feed_forward=False)),
     ]:
         drawn[f"figure 1, {name}"] = diagrams.figure_1(small_model(**changes), SRC, TGT)
-    drawn["the anatomy of a run"] = diagrams.run_anatomy()
+    drawn["the anatomy of a run"] = anatomy.run_anatomy()
     return drawn
 
 
@@ -254,7 +254,7 @@ def test_the_anatomy_draws_every_step_that_train_calls_and_no_other():
     source = inspect.getsource(training.train)
     called = set(re.findall(r"\b(_[a-z_]+|distributed\.[a-z_]+)\(", source))
     drawn = [step_name(path) for _, path, _ in links(FIGURES["the anatomy of a run"])]
-    assert sorted(drawn) == sorted(called) == sorted(diagrams.train_steps())
+    assert sorted(drawn) == sorted(called) == sorted(anatomy.train_steps())
     loop = source[source.index("while run.step") :]
     order = sorted(called & set(re.findall(r"\b(_[a-z_]+)\(", loop)), key=loop.index)
     assert drawn[-len(order) :] == order  # each turn of the loop, in train's order
@@ -267,27 +267,27 @@ def test_the_anatomy_colours_each_step_by_the_processes_that_run_it():
         step_name(a.find(f"{SVG}title").text): a.find(f"{SVG}rect").get("class")
         for a in ET.fromstring(FIGURES["the anatomy of a run"]).iter(f"{SVG}a")
     }
-    assert kinds == {step.name: f"step-{step.who}" for step in diagrams.RUN_STEPS}
+    assert kinds == {step.name: f"step-{step.who}" for step in anatomy.RUN_STEPS}
     assert [name for name, kind in kinds.items() if kind == "step-first"] == ["_maybe_validate"]
     assert kinds["_update"] == kinds["_maybe_checkpoint"] == "step-together"
 
 
 def redrawn(name: str, who: str) -> list:
     """RUN_STEPS with the step ``name`` drawn as ``who``."""
-    return [dataclasses.replace(s, who=who) if s.name == name else s for s in diagrams.RUN_STEPS]
+    return [dataclasses.replace(s, who=who) if s.name == name else s for s in anatomy.RUN_STEPS]
 
 
 @pytest.mark.parametrize(
     "steps, message",
     [
-        (diagrams.RUN_STEPS[:-1], "the anatomy draws"),  # a step of train left out
-        ([*diagrams.RUN_STEPS, diagrams.RunStep("_gone", "", "each")], "the anatomy draws"),
+        (anatomy.RUN_STEPS[:-1], "the anatomy draws"),  # a step of train left out
+        ([*anatomy.RUN_STEPS, anatomy.RunStep("_gone", "", "each")], "the anatomy draws"),
         (redrawn("_update", "each"), "_update is drawn as 'each'"),  # its collective unseen
         (redrawn("_open", "first"), "_open is drawn as 'first'"),  # all processes run it
         (redrawn("_maybe_validate", "each"), "_maybe_validate is drawn as 'each'"),
     ],
 )
 def test_the_anatomy_refuses_to_drift_from_the_loop(monkeypatch, steps, message):
-    monkeypatch.setattr(diagrams, "RUN_STEPS", steps)
+    monkeypatch.setattr(anatomy, "RUN_STEPS", steps)
     with pytest.raises(ValueError, match=message):
-        diagrams.run_anatomy()
+        anatomy.run_anatomy()
