@@ -167,27 +167,28 @@ def verdict(
 
 
 # %% book/sweep.md:1703 (cell 50)
-# Table 3 of the paper: (PPL dev, BLEU dev, parameters in millions or None), by its rows.
+# Table 3 of the paper: (PPL dev, BLEU dev), by its rows (its parameter counts are
+# TABLE_3_PARAMETERS of book.references, where the model chapter compares ours with them).
 PAPER = {
-    "base": (4.92, 25.8, 65),
-    "A-h1": (5.29, 24.9, None),
-    "A-h4": (5.00, 25.5, None),
-    "A-h16": (4.91, 25.8, None),
-    "A-h32": (5.01, 25.4, None),
-    "B-dk16": (5.16, 25.1, 58),
-    "B-dk32": (5.01, 25.4, 60),
-    "C-N2": (6.11, 23.7, 36),
-    "C-N4": (5.19, 25.3, 50),
-    "C-N8": (4.88, 25.5, 80),
-    "C-d256": (5.75, 24.5, 28),
-    "C-d1024": (4.66, 26.0, 168),
-    "C-ff1024": (5.12, 25.4, 53),
-    "C-ff4096": (4.75, 26.2, 90),
-    "D-drop0.0": (5.77, 24.6, None),
-    "D-drop0.2": (4.95, 25.5, None),
-    "D-ls0.0": (4.67, 25.3, None),
-    "D-ls0.2": (5.47, 25.7, None),
-    "E-learned": (4.92, 25.7, None),
+    "base": (4.92, 25.8),
+    "A-h1": (5.29, 24.9),
+    "A-h4": (5.00, 25.5),
+    "A-h16": (4.91, 25.8),
+    "A-h32": (5.01, 25.4),
+    "B-dk16": (5.16, 25.1),
+    "B-dk32": (5.01, 25.4),
+    "C-N2": (6.11, 23.7),
+    "C-N4": (5.19, 25.3),
+    "C-N8": (4.88, 25.5),
+    "C-d256": (5.75, 24.5),
+    "C-d1024": (4.66, 26.0),
+    "C-ff1024": (5.12, 25.4),
+    "C-ff4096": (4.75, 26.2),
+    "D-drop0.0": (5.77, 24.6),
+    "D-drop0.2": (4.95, 25.5),
+    "D-ls0.0": (4.67, 25.3),
+    "D-ls0.2": (5.47, 25.7),
+    "E-learned": (4.92, 25.7),
 }
 _SAME_ROWS = ("D-drop0.0", "D-drop0.2", "D-ls0.0", "D-ls0.2", "E-learned")
 # Which row of the paper each variant stands for, by profile: the same change of the base.
@@ -215,7 +216,7 @@ def family(record: dict) -> str:
     return record.get("replica_of") or record["name"]
 
 
-# %% book/sweep.md:1755 (cell 52)
+# %% book/sweep.md:1756 (cell 52)
 Score = Measure | Callable[[dict], float]  # a Measure, or any function of a line
 
 
@@ -284,7 +285,7 @@ class Sweep:
         return verdict(c, paper, measure, times)
 
 
-# %% book/sweep.md:1830 (cell 54)
+# %% book/sweep.md:1831 (cell 54)
 # The variants in the order of Table 3's rows, then ours.
 TABLE_ORDER = ("base", "noise", "A", "B", "C", "D", "E", "E-short", "FFN", "RNN", "depth")
 KIND_WORDS = {
@@ -361,7 +362,7 @@ def table_markdown(sweep: Sweep) -> str:
     return "\n".join(lines)
 
 
-# %% book/sweep.md:1946 (cell 56)
+# %% book/sweep.md:1947 (cell 56)
 def throughput_ratios(speed: dict, ours: str = "base", peer: str = "RNN-lstm") -> dict:
     """From a ``tools/table3_speed.py`` result: at each sentence length, ``ours``'s training
     tokens per second over ``peer``'s, one ratio per round (the same batch for both)."""
