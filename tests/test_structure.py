@@ -71,7 +71,8 @@ LAYERS = [
     ["book.charts", "book.corpus", "book.diagrams", "book.explorers", "book.lengths"]
     + ["book.recurrent", "book.references", "book.tables", "book.timing", "book.toy_runs"]
     + ["book.translator_page"],
-    ["book.performance", "book.variations"],  # FLOPs (of both kinds of model); Table 3's variants
+    # FLOPs (of both kinds of model); Table 3's variants; the translator page's inside, drawn
+    ["book.performance", "book.translator_internals", "book.variations"],
     ["book.report", "book.sweep", "book.verdicts"],  # what a run or a sweep writes, how it reads
     # the solutions of Part I's exercises, which the chapters call
     ["book.solutions_evaluation", "book.solutions_model", "book.solutions_training"],
