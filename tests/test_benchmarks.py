@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their sibling
 import common  # noqa: E402
 import peers  # noqa: E402
 import profile_step  # noqa: E402
+import resume  # noqa: E402
 import scaling  # noqa: E402
 import train_step  # noqa: E402
 
@@ -338,3 +339,22 @@ def test_a_benchmark_writes_its_result_with_a_manifest(tmp_path):
 def test_bad_switches_end_with_status_2(arguments, message):
     done = run_script("benchmarks/train_step.py", "--no-save", *arguments)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_a_resumed_run_on_the_cpu_reaches_the_weights_of_an_unbroken_one(tmp_path):
+    results = resume.main(["--updates", "4", "--out", str(tmp_path)])
+    assert results["two_unbroken_runs"]["identical"], results
+    assert results["unbroken_and_resumed"]["identical"], results
+    written = json.loads((tmp_path / "resume.json").read_text())
+    assert written["results"] == results and written["manifest"]["device_type"] == "cpu"
+
+
+def test_the_resume_check_reports_a_difference():
+    run = {"weights": {"w": torch.zeros(3)}, "losses": [2.0, 1.5]}
+    other = {"weights": {"w": torch.tensor([0.0, 1e-7, 0.0])}, "losses": [2.0, 1.25]}
+    found = resume.largest_differences(run, other)
+    assert found == {"weight": pytest.approx(1e-7), "loss": 0.25, "identical": False}
+    assert resume.largest_differences(run, run)["identical"]
+    with pytest.raises(AssertionError, match="2 logged losses against 1"):
+        resume.largest_differences(run, {**other, "losses": [2.0]})

@@ -308,3 +308,20 @@ def test_recorded_runs_agree_with_sacrebleu(folder):
     # evaluated as the recipe evaluates: §6.1's beam, the profile's length penalty
     assert (report["bleu"]["beam_size"], report["bleu"]["alpha"]) == (4, PROFILES[profile].alpha)
     assert report["manifest"]["git_commit"], "a recorded run names the commit that made it"
+    # The shipped config says what the model ran, not what its first command was set up for.
+    assert report["config"]["training"]["max_steps"] == report["manifest"]["training"]["steps"]
+
+
+# The fields tools/real_run.py writes into a command's entry of the manifest's command log.
+SCRIPT_FIELDS = {"command", "started", "train_command", "trained_to", "report", "wall_s"}
+
+
+@pytest.mark.parametrize("folder", RECORDED, ids=[folder.name for folder in RECORDED])
+def test_what_no_script_wrote_is_marked(folder):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edits = manifest.get("hand_edits", [])
+    assert all(edit.get("what") and edit.get("why") for edit in edits), "say what and why"
+    for index, entry in enumerate(manifest["command_log"]):
+        if set(entry) - SCRIPT_FIELDS:
+            assert entry.get("written_by_hand") is True, f"command_log[{index}]: mark it"
+            assert any(edit["what"] == f"command_log[{index}]" for edit in edits), index

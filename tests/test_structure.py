@@ -71,9 +71,9 @@ LAYERS = [
     ["book.charts", "book.corpus", "book.diagrams", "book.explorers", "book.lengths"]
     + ["book.recurrent", "book.references", "book.tables", "book.timing", "book.toy_runs"]
     + ["book.translator_page"],
-    # FLOPs (of both kinds of model); Table 3's variants; the anatomy of a training run, drawn
-    # with the diagrams' tools
-    ["book.anatomy", "book.performance", "book.variations"],
+    # FLOPs (of both kinds of model); Table 3's variants; the translator page's inside and the
+    # anatomy of a training run, drawn with the diagrams' tools
+    ["book.anatomy", "book.performance", "book.translator_internals", "book.variations"],
     ["book.report", "book.sweep", "book.verdicts"],  # what a run or a sweep writes, how it reads
     # the solutions of Part I's exercises, which the chapters call
     ["book.solutions_evaluation", "book.solutions_model", "book.solutions_training"],

@@ -7,6 +7,7 @@ lines grouped by variant, of the paper's rows and of the side-by-side timing.
 import math
 import random
 import statistics
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from transformer_lib.book.verdicts import (
     difference,
     effect,
     family,
+    holm,
     level,
     profile_name,
     seconds_per_update,
@@ -122,6 +124,46 @@ def test_the_false_positive_rate_is_the_level_and_a_large_effect_is_found():
         for _ in range(200)
     ]
     assert all(shifted)
+
+
+# ---------------------------------------------------------------------------------------------
+# Holm's correction against its definition
+
+
+def test_holm_on_four_p_values_worked_out_by_hand():
+    """Sorted 0.005, 0.01, 0.03, 0.04 against α/4, α/3, α/2, α: the first two pass and 0.03 >
+    0.025 stops the sequence, so 0.04 fails too. Adjusted: 4 · 0.005, 3 · 0.01, 2 · 0.03 = 0.06,
+    and 0.04 raised to the 0.06 before it."""
+    adjusted = holm([0.01, 0.04, 0.03, 0.005])
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02], abs=1e-15)
+    assert [p < ALPHA for p in adjusted] == [True, False, False, True]
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # 2 · 0.5, then capped at 1
+    assert holm([0.02]) == [0.02] and holm([]) == []  # a family of one is the test itself
+
+
+def holm_rejects(p_values: list[float], alpha: float) -> set[int]:
+    """Holm's procedure as his paper states it: sorted, the i-th smallest (i from 1) against
+    α / (m - i + 1), rejecting up to the first that is not below its bound."""
+    rejected = set()
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    for rank, i in enumerate(order):
+        if not p_values[i] < alpha / (len(p_values) - rank):
+            break
+        rejected.add(i)
+    return rejected
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_holm_adjusted_p_values_reject_what_the_sequence_rejects(seed):
+    rng = random.Random(seed)
+    p_values = [rng.random() ** rng.choice((1, 3, 6)) for _ in range(rng.randint(1, 30))]
+    adjusted = holm(p_values)
+    for alpha in (0.01, 0.05, 0.1):
+        assert {i for i, p in enumerate(adjusted) if p < alpha} == holm_rejects(p_values, alpha)
+        bonferroni = {i for i, p in enumerate(p_values) if p < alpha / len(p_values)}
+        assert bonferroni <= holm_rejects(p_values, alpha)  # Holm passes at least as many
+    m = len(p_values)
+    assert all(p <= q <= min(1.0, m * p) + 1e-15 for p, q in zip(p_values, adjusted, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +314,8 @@ def test_the_words_and_the_table_say_what_the_comparisons_say():
     c = sweep.compare("FFN-none", PERPLEXITY)
     words = effect(sweep, "FFN-none", PERPLEXITY)
     assert words.startswith(f"{c.delta:+.2f} perplexity (95% interval {c.low:+.2f} to")
-    assert words.endswith("3 seeds; beyond the noise)") == c.significant
+    assert c.p_holm is not None and c.p_words in words
+    assert words.endswith(f"{c.p_words}; beyond the noise)") == c.significant
     assert (
         effect(sweep, "C-N4", BLEU)
         == f"{8.1 - statistics.fmean((25.8, 23.9, 26.8)):+.1f} BLEU (one run, not tested)"
@@ -295,8 +338,35 @@ def test_the_words_and_the_table_say_what_the_comparisons_say():
         "FFN-none",
     ]
     ffn = table[-1].split(" | ")
-    assert ffn[7] == "3" and ffn[8].startswith(f"{c.delta:+.2f}: ")
+    assert ffn[7] == "3" and ffn[8].startswith(f"{c.delta:+.2f} ({c.p_words}): ")
     assert "| A-h1 | A-h1 | A-h1 | 5.29 | 24.9 | 8.22 | 26.0 | 1 |" in table_markdown(sweep)
+
+
+def test_a_sweeps_comparisons_are_corrected_together():
+    """The family: every tested comparison with the base in both measures (a single run tests
+    nothing), and the comparisons between variants that a reading adds; the verdicts read the
+    corrected p-value."""
+    sweep = Sweep(LINES, MANIFEST)
+    keys = [("FFN-none", "base", PERPLEXITY), ("FFN-none", "base", BLEU)]
+    assert list(sweep.family) == keys
+    raw = [compare(sweep.sample(a, m), sweep.sample(b, m)).p for a, b, m in keys]
+    assert list(sweep.family.values()) == pytest.approx(holm(raw))
+    c = sweep.compare("FFN-none", PERPLEXITY)
+    assert c.p == raw[0] and c.p_holm == pytest.approx(min(1.0, 2 * raw[0]))
+    assert sweep.compare("A-h1", PERPLEXITY).p_holm is None  # one run: not in the family
+    assert sweep.compare("FFN-none", PERPLEXITY, "C-N4").p_holm is None  # not a comparison made
+    wider = Sweep(LINES, MANIFEST, between=(("base", "FFN-none", PERPLEXITY),))
+    assert len(wider.family) == 3
+    assert wider.compare("base", PERPLEXITY, "FFN-none").p_holm == pytest.approx(3 * raw[0])
+    assert "corrected" in difference(wider, "base", "FFN-none", PERPLEXITY)
+
+
+def test_a_verdict_goes_with_the_corrected_p_value():
+    alone = made_up(+1.6, 0.01)
+    assert verdict(alone, None, PERPLEXITY).kind == "beyond"
+    corrected = verdict(replace(alone, p_holm=0.2), None, PERPLEXITY)
+    assert corrected.kind == "noise" and "p = 0.01, corrected = 0.2" in corrected.text
+    assert "p < 0.001, corrected = 0.002" in replace(made_up(1.0, 0.0005), p_holm=0.002).p_words
 
 
 # ---------------------------------------------------------------------------------------------

@@ -268,7 +268,7 @@ DOWNLOADED_FILES = (*MODEL_FILES, "bleu.json")
 SHIPPED_SHA256 = {
     "multi30k-de-en-laptop": {
         "model.safetensors": "3ce1e8a31048650a6fd0cc18d6ef594e404086191e2136693a0d4dc37e5b0b99",
-        "config.json": "b5d00fdb55b3d0cdd0479c46fe0d7b139428125c8240abac646f2ebb17872aa5",
+        "config.json": "b64023746db367b4ef2b51d610a3daba460c05f2f56d530608308a076b1f52e8",
         "tokenizer.json": "efdadd90af30ea2fd8aeea9ba2b9bb308de0ec0cbedfa14aa8b3730f01d84cbf",
         "bleu.json": "30fa710b7b1b684a4105fc4339e995958e63cf3410facac173c12ba9fab935e5",
     },

@@ -75,7 +75,8 @@ def embedded(model: Transformer, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tens
 
 
 # %% book/references.md:127 (cell 6)
-# (row, changes to the base model, the paper's "params ×10^6" where it gives one)
+# (row, changes to the base model, the paper's "params ×10^6" where it gives one): the one place
+# the book keeps the paper's parameter counts
 TABLE_3_PARAMETERS = [
     ("base", {}, 65),
     ("A: h=1, d_k=512", dict(n_heads=1), None),
