@@ -29,9 +29,9 @@ from torch import Tensor
 
 from transformer_lib.data import load_multi30k
 from transformer_lib.decoding import (
-    IncrementalDecoder,
     RerunDecoder,
     SearchConfig,
+    SentenceGroupedDecoder,
     beam_search,
     greedy_search,
     translate,
@@ -40,6 +40,7 @@ from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import BOS_ID, VOCAB_SIZE, BPETokenizer
 
 BATCH, SOURCE_LENGTH = 32, 20
+INCREMENTAL = SentenceGroupedDecoder  # the incremental decoder translate uses
 NO_END = -1  # an end-of-sentence id no token has: every search runs to its length limit
 TARGETS = {  # (slow row, fast row) -> the ratio the fast row should reach, at 40 steps
     ("greedy, batch of 32, re-running", "greedy, batch of 32, incremental"): 5,
@@ -115,11 +116,11 @@ def matrix_floor(model: Transformer, device: torch.device) -> float:
 def rows_for(model, src, steps: int, with_slow_rows: bool):
     rows = [
         ("greedy, batch of 32, re-running", lambda: greedy(model, RerunDecoder, src, steps)),
-        ("greedy, batch of 32, incremental", lambda: greedy(model, IncrementalDecoder, src, steps)),
+        ("greedy, batch of 32, incremental", lambda: greedy(model, INCREMENTAL, src, steps)),
         ("greedy, 1 sentence, re-running", lambda: greedy(model, RerunDecoder, src[:1], steps)),
         (
             "greedy, 1 sentence, incremental",
-            lambda: greedy(model, IncrementalDecoder, src[:1], steps),
+            lambda: greedy(model, INCREMENTAL, src[:1], steps),
         ),
     ]
     if with_slow_rows:
@@ -130,11 +131,11 @@ def rows_for(model, src, steps: int, with_slow_rows: bool):
             ),
             (
                 "beam 4, batch of 32, incremental",
-                lambda: beam(model, IncrementalDecoder, src, steps),
+                lambda: beam(model, INCREMENTAL, src, steps),
             ),
             (
                 "beam 4, 32 one at a time, incremental",
-                lambda: one_at_a_time(beam, model, IncrementalDecoder, src, steps),
+                lambda: one_at_a_time(beam, model, INCREMENTAL, src, steps),
             ),
         ]
     return rows

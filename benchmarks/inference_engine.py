@@ -4,7 +4,8 @@ peak memory of each, printed as ratios against CTranslate2 float32.
 
 The candidates, timed in turns round after round (``common.time_in_turns``):
 
-- ``ours``: ``transformer_lib.decoding.translate`` with the incremental decoder as it is now;
+- ``ours``: ``transformer_lib.decoding.translate`` with its incremental decoder as it is now
+  (``SentenceGroupedDecoder``: the encoder side once per sentence);
 - ``ours, oneDNN``: the same search with ``transformer_lib.engine.OneDNNDecoder`` (every product
   by oneDNN, a step's attention written out), ``translate --engine onednn``;
 - ``ours, cache per row``: the same search with the cache as it was before (the encoder output and
@@ -43,9 +44,14 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
-from transformer_lib.attention import padding_mask
 from transformer_lib.data import load_multi30k
-from transformer_lib.decoding import GREEDY, IncrementalDecoder, SearchConfig, translate
+from transformer_lib.decoding import (
+    GREEDY,
+    IncrementalDecoder,
+    SearchConfig,
+    SentenceGroupedDecoder,
+    translate,
+)
 from transformer_lib.engine import CTranslate2Translator, OneDNNDecoder, require_ctranslate2
 from transformer_lib.evaluation import average_checkpoints, corpus_scores
 from transformer_lib.model import Transformer, TransformerConfig
@@ -70,32 +76,22 @@ GROUPS = {
 }
 
 
-class PerRowDecoder:
+class PerRowDecoder(IncrementalDecoder):
     """The incremental decoder's cache as it was: every row, beams included, holds its own copy of
     the encoder output and of every layer's encoder-decoder keys and values, and ``select`` copies
     them all at every step, with PyTorch's general indexing (``tensor[rows]``). The baseline of
     the fixes the inference-engine chapter measures."""
 
-    def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
-        self.model = model
-        self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
-        self.memory = model.encode(src, self.src_mask)  # (N, S, d_model)
-        self.cache: dict = {}
-
-    def step(self, tokens: Tensor) -> Tensor:
-        states = self.model.decode(tokens[:, None], self.memory, self.src_mask, cache=self.cache)
-        return self.model.generator(states[:, -1])  # (N, V)
+    def encode(self, src: Tensor) -> Tensor:
+        self.memory = super().encode(src)  # (N, S, d_model): no step reads it, but it was copied
+        return self.memory
 
     def select(self, rows: Tensor) -> None:
         self.memory, self.src_mask = self.copy_rows(self.memory, rows), self.src_mask[rows]
-        self._select(self.cache, rows)
-
-    def _select(self, cache: dict, rows: Tensor) -> None:
-        for key, value in cache.items():
-            if isinstance(value, dict):
-                self._select(value, rows)
-            elif isinstance(value, Tensor):
-                cache[key] = self.copy_rows(value, rows)
+        self.self_kv, self.cross_kv = (
+            [None if kv is None else tuple(self.copy_rows(t, rows) for t in kv) for kv in cache]
+            for cache in (self.self_kv, self.cross_kv)
+        )
 
     @staticmethod
     def copy_rows(tensor: Tensor, rows: Tensor) -> Tensor:
@@ -263,7 +259,7 @@ def categorise(events) -> dict[str, float]:
 
 
 def profile_decoding(
-    model, tokenizer, sources, search: SearchConfig, decoder_state=IncrementalDecoder
+    model, tokenizer, sources, search: SearchConfig, decoder_state=SentenceGroupedDecoder
 ) -> dict:
     """Where one batch's decoding time goes: the operators' self time by group, and the rest of
     the wall time (Python, dispatch, the profiler's own overhead) as "Python and dispatch"."""

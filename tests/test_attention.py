@@ -314,6 +314,16 @@ def test_heads_must_divide_the_width():
 # The decoding cache: one position at a time equals full causal attention
 
 
+def cached_self_attention(mha, piece, cache: dict, mask=None, need_weights=False):
+    """Self-attention of the new positions ``piece`` over the cached ones and themselves, as the
+    incremental decoder computes it: ``project_qkv``, the keys and values appended, ``attend``."""
+    q, k, v = mha.project_qkv(piece)
+    if "key" in cache:
+        k, v = torch.cat([cache["key"], k], dim=2), torch.cat([cache["value"], v], dim=2)
+    cache["key"], cache["value"] = k, v
+    return mha.attend(q, k, v, mask, need_weights)
+
+
 @SETTINGS
 @given(
     heads=st.integers(1, 3),
@@ -333,7 +343,7 @@ def test_cached_self_attention_equals_full_causal_attention(heads, d_k, chunks, 
         piece = x[:, start : start + size]
         # The new queries see every cached key and the new keys up to themselves.
         mask = subsequent_mask(start + size)[:, :, start:] if size > 1 else None
-        pieces.append(mha(piece, piece, piece, mask, need_weights=need_weights, cache=cache))
+        pieces.append(cached_self_attention(mha, piece, cache, mask, need_weights))
         start += size
         assert cache["key"].shape == (2, heads, start, d_k)
         assert cache["value"].shape == (2, heads, start, d_k)
@@ -347,24 +357,31 @@ def test_one_token_at_a_time_equals_full_causal_attention_with_padding():
     full = mha(x, x, x, subsequent_mask(6) & keys_ok[:, None, None, :])
     cache, steps = {}, []
     for t in range(6):
-        token = x[:, t : t + 1]  # one object: `query is key is value` marks self-attention
         step_mask = keys_ok[:, None, None, : t + 1]  # (B, 1, 1, t + 1)
-        steps.append(mha(token, token, token, step_mask, cache=cache))
+        steps.append(cached_self_attention(mha, x[:, t : t + 1], cache, step_mask))
     assert_close(torch.cat(steps, dim=1), full)
 
 
-def test_cached_cross_attention_computes_the_memory_once():
+def test_cross_attention_over_keys_projected_once_equals_the_whole_module():
+    """``project_kv`` once, then each position's queries attend over those keys and values."""
     mha = random_module(d_k=3, heads=2, seed=4)
     x = torch.randn(2, 4, 6, dtype=DOUBLE)
     memory = torch.randn(2, 5, 6, dtype=DOUBLE)
     src_ok = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, None, :]
     full = mha(x, memory, memory, src_ok)
-    cache, steps = {}, []
-    for t in range(4):
-        steps.append(mha(x[:, t : t + 1], memory, memory, src_ok, cache=cache))
-        assert cache["key"].shape == (2, 2, 5, 3)  # the memory's keys, not growing
-        if t == 0:
-            first_key = cache["key"]
-        assert cache["key"] is first_key
-        memory = torch.full_like(memory, float("nan"))  # later steps must not read it again
+    keys, values = mha.project_kv(memory)
+    assert keys.shape == (2, 2, 5, 3) and values.shape == (2, 2, 5, 3)
+    steps = [mha.attend(mha.project_q(x[:, t : t + 1]), keys, values, src_ok) for t in range(4)]
     assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_forward_is_the_projections_then_attend():
+    """``forward`` = the projections, then ``attend``; ``attend``'s written-out path (with the
+    weights) computes what its fused kernel does."""
+    mha = random_module(d_k=2, heads=3, seed=5)
+    x, memory = torch.randn(2, 4, 6, dtype=DOUBLE), torch.randn(2, 7, 6, dtype=DOUBLE)
+    mask = subsequent_mask(4)
+    assert_close(mha.attend(*mha.project_qkv(x), mask, need_weights=True), mha(x, x, x, mask))
+    assert mha.weights.shape == (2, 3, 4, 4)
+    q, (k, v) = mha.project_q(x), mha.project_kv(memory)
+    assert_close(mha.attend(q, k, v), mha(x, memory, memory))

@@ -20,6 +20,7 @@ from transformer_lib.decoding import (
     GREEDY,
     IncrementalDecoder,
     SearchConfig,
+    SentenceGroupedDecoder,
     beam_search,
     greedy_search,
     length_penalty,
@@ -86,7 +87,7 @@ def our_search(model, sources: list[list[int]], search: SearchConfig) -> list[li
     limits = torch.tensor([len(ids) + 1 + search.extra_length for ids in sources])
     limits = limits.clamp(max=model.config.max_len)
     with torch.inference_mode():
-        state = IncrementalDecoder(model, src)
+        state = SentenceGroupedDecoder(model, src)  # translate's
         if search.beam_size == 1:
             return greedy_search(state, BOS_ID, EOS_ID, limits)
         found = beam_search(state, BOS_ID, EOS_ID, limits, search.beam_size, search.alpha)

@@ -135,7 +135,11 @@ def test_beam_size_must_be_positive():
 # --- The model as a decoder state: incremental decoding against re-running the decoder.
 
 from transformer_lib.attention import padding_mask  # noqa: E402
-from transformer_lib.decoding import IncrementalDecoder, RerunDecoder  # noqa: E402
+from transformer_lib.decoding import (  # noqa: E402
+    IncrementalDecoder,
+    RerunDecoder,
+    SentenceGroupedDecoder,
+)
 from transformer_lib.model import Transformer, TransformerConfig  # noqa: E402
 from transformer_lib.tokenizer import BOS_ID, EOS_ID  # noqa: E402
 
@@ -168,21 +172,29 @@ def padded_sources(seed: int, lengths=(7, 3, 5, 1)) -> torch.Tensor:
     ids=["post-LN", "pre-LN", "learned", "untied", "narrow-keys", "no-ffn"],
 )
 @pytest.mark.parametrize("seed", [0, 1])
-def test_incremental_logits_equal_rerunning_the_decoder(changes, seed):
+@pytest.mark.parametrize("state", [IncrementalDecoder, SentenceGroupedDecoder])
+def test_incremental_logits_equal_rerunning_the_decoder(state, changes, seed):
+    """Beam search's rows (k a sentence, grouped), then rows reordered, repeated and dropped,
+    a whole sentence with them: the encoder side read in place, then by index."""
     model = random_model(seed, **changes)
     src = padded_sources(seed)
     g = torch.Generator().manual_seed(seed + 10)
+    selections = {1: torch.arange(4).repeat_interleave(2), 4: torch.tensor([5, 0, 1, 7, 7])}
+    rows = len(src)
     with torch.no_grad():
-        fast, slow = IncrementalDecoder(model, src), RerunDecoder(model, src)
-        tokens = torch.full((len(src),), BOS_ID, dtype=torch.long)
+        fast, slow = state(model, src), RerunDecoder(model, src)
+        tokens = torch.full((rows,), BOS_ID, dtype=torch.long)
         for step in range(9):
             a, b = fast.step(tokens), slow.step(tokens)
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-            if step == 4:  # beam search reorders, duplicates and drops rows
-                rows = torch.tensor([2, 0, 0, 3])
-                fast.select(rows)
-                slow.select(rows)
-            tokens = torch.randint(3, 23, (len(src),), generator=g)
+            if step in selections:
+                fast.select(selections[step])
+                slow.select(selections[step])
+                if state is SentenceGroupedDecoder:  # sentence 1 has no row left at step 4
+                    assert fast.grouped == (step == 1)
+                    assert len(fast.src_mask) == (4 if step == 1 else 3)
+                rows = len(selections[step])
+            tokens = torch.randint(3, 23, (rows,), generator=g)
 
 
 def test_rerun_decoder_matches_the_full_forward_pass():
@@ -204,14 +216,14 @@ def test_greedy_and_beam_give_the_same_tokens_with_either_state(seed):
     with torch.no_grad():
         greedy = [
             greedy_search(cls(model, src), BOS_ID, EOS_ID, limits)
-            for cls in (IncrementalDecoder, RerunDecoder)
+            for cls in (IncrementalDecoder, SentenceGroupedDecoder, RerunDecoder)
         ]
         beams = [
             [h.tokens for h in beam_search(cls(model, src), BOS_ID, EOS_ID, limits, beam_size=3)]
-            for cls in (IncrementalDecoder, RerunDecoder)
+            for cls in (IncrementalDecoder, SentenceGroupedDecoder, RerunDecoder)
         ]
-    assert greedy[0] == greedy[1]
-    assert beams[0] == beams[1]
+    assert greedy[0] == greedy[1] == greedy[2]
+    assert beams[0] == beams[1] == beams[2]
 
 
 # --- translate(): text in, text out, in order, batched as if one at a time.
@@ -297,14 +309,14 @@ def sentences_with_token_zero(seed: int, lengths=(7, 2, 5, 1, 4)) -> list[str]:
 
 
 class FirstStepRecorder:
-    """A ``decoder_state`` for translate: the default IncrementalDecoder, whose first step's logits
-    are kept, one row per sentence, under the sentence's tokens (read up to its </s>)."""
+    """A ``decoder_state`` for translate: the default SentenceGroupedDecoder, whose first step's
+    logits are kept, one row per sentence, under the sentence's tokens (read up to its </s>)."""
 
     def __init__(self):
         self.logits: dict[tuple[int, ...], torch.Tensor] = {}
 
     def __call__(self, model, src):
-        state, recorder = IncrementalDecoder(model, src), self
+        state, recorder = SentenceGroupedDecoder(model, src), self
         step = state.step
 
         def first_step(tokens):

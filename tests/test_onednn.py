@@ -1,6 +1,6 @@
-"""The oneDNN decoder (``transformer_lib.engine.OneDNNDecoder``): the decoding chapter's
-incremental decoder with its products computed by oneDNN and a step's attention written out.
-The reference is the chapter's own ``IncrementalDecoder`` on the same weights: the same logits at
+"""The oneDNN decoder (``transformer_lib.engine.OneDNNDecoder``): the incremental decoder that
+``translate`` uses, with its products computed by oneDNN and a step's attention written out.
+The reference is that ``SentenceGroupedDecoder`` on the same weights: the same logits at
 every step (to float32 rounding: the two libraries add a product's terms in different orders),
 whatever the model's variant and the order of the rows, and the same searches' outputs."""
 
@@ -13,8 +13,8 @@ from helpers import run_cli
 
 from transformer_lib.decoding import (
     GREEDY,
-    IncrementalDecoder,
     SearchConfig,
+    SentenceGroupedDecoder,
     beam_search,
     greedy_search,
     translate,
@@ -72,8 +72,9 @@ def test_every_step_gives_the_incremental_decoders_logits(changes):
     reordered, repeated and dropped as a search would (the encoder side read by index)."""
     model, src = seeded_model(**changes), padded_sources()
     with torch.inference_mode():
-        reference, fast = IncrementalDecoder(model, src), OneDNNDecoder(model, src)
-        torch.testing.assert_close(fast.memory, reference.memory, rtol=1e-5, atol=1e-5)
+        reference, fast = SentenceGroupedDecoder(model, src), OneDNNDecoder(model, src)
+        memory = fast.encode(src), reference.encode(src)
+        torch.testing.assert_close(*memory, rtol=1e-5, atol=1e-5)
         tokens = torch.full((5,), BOS_ID)
         for step in range(10):
             expected, found = reference.step(tokens), fast.step(tokens)
@@ -96,7 +97,7 @@ def test_the_searches_find_the_same_outputs(beam):
     limits = torch.tensor([20] * 5)
     found = []
     with torch.inference_mode():
-        for state in (IncrementalDecoder(model, src), OneDNNDecoder(model, src)):
+        for state in (SentenceGroupedDecoder(model, src), OneDNNDecoder(model, src)):
             if beam == 1:
                 found.append(greedy_search(state, BOS_ID, EOS_ID, limits))
             else:

@@ -149,7 +149,11 @@ def test_narrow_keys_cached_one_step_at_a_time_equal_full_causal_attention(chunk
     for size in chunks:
         part = x[:, start : start + size]
         mask = subsequent_mask(start + size)[:, :, start:]  # new rows see every earlier key
-        pieces.append(mha(part, part, part, mask, cache=cache))
+        q, k, v = mha.project_qkv(part)  # the incremental decoder's step, several positions
+        if "key" in cache:
+            k, v = torch.cat([cache["key"], k], dim=2), torch.cat([cache["value"], v], dim=2)
+        cache["key"], cache["value"] = k, v
+        pieces.append(mha.attend(q, k, v, mask))
         start += size
     assert cache["key"].shape[-1] == 5 and cache["value"].shape[-1] == 6
     assert_close(torch.cat(pieces, dim=1), full)

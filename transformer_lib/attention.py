@@ -97,7 +97,7 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:317 (cell 18)
+# %% book/attention.md:314 (cell 18)
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): h attentions of width d_k = d_v = d_model / h, concatenated.
 
@@ -201,7 +201,6 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         need_weights: bool = False,
-        cache: dict | None = None,
     ) -> Tensor:
         """Attend from ``query`` to ``key`` and ``value`` with all heads at once (§3.2.2).
 
@@ -217,29 +216,23 @@ class MultiHeadAttention(nn.Module):
                 None: every key.
             need_weights: take the written-out path and keep the weights (B, h, L_q, L_k) in
                 ``self.weights``.
-            cache: a dict, empty at the first call, that serves incremental decoding:
-                self-attention appends the new keys and values (B, h, L, d_k or d_v) to it;
-                attention over another sequence (the encoder output) computes that sequence's
-                keys and values once and reuses them (``key`` and ``value`` are then not read).
 
         Returns:
             (B, L_q, d_model), the heads' outputs concatenated and projected by W^O.
         """
         if query is key and key is value:  # self-attention: one matrix multiplication
             q, k, v = self.project_qkv(query)  # (B, h, L, .)
-            if cache is not None:
-                if "key" in cache:
-                    k = torch.cat([cache["key"], k], dim=2)
-                    v = torch.cat([cache["value"], v], dim=2)
-                cache["key"], cache["value"] = k, v
         else:
             q = self.project_q(query)  # (B, h, L_q, d_k)
-            if cache is not None and "key" in cache:
-                k, v = cache["key"], cache["value"]
-            else:
-                k, v = self.project_kv(key, value)  # (B, h, L_k, d_k), (B, h, L_k, d_v)
-                if cache is not None:
-                    cache["key"], cache["value"] = k, v
+            k, v = self.project_kv(key, value)  # (B, h, L_k, d_k), (B, h, L_k, d_v)
+        return self.attend(q, k, v, mask, need_weights)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights=False
+    ) -> Tensor:
+        """The heads' attention of projected queries q (B, h, L_q, d_k) over keys k (B, h, L_k,
+        d_k) and values v (B, h, L_k, d_v), then Concat and W^O: (B, L_q, d_model). ``mask`` and
+        ``need_weights`` as in :meth:`forward`."""
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             out, self.weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, self.scale)

@@ -206,27 +206,25 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:314 (cell 8)
+# %% book/decoding.md:313 (cell 8)
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
-    every layer's keys and values (self-attention: all positions so far, per row; encoder-decoder
-    attention: the encoder output's, computed once and kept once per sentence).
+    every layer's keys and values (self-attention: all positions so far; encoder-decoder
+    attention: the encoder output's, computed once), a row of each for every row of the state.
 
-    ``src`` (n, S) int64; ``src_mask`` (n, 1, 1, S) defaults to the padding mask. The state starts
+    ``src`` (N, S) int64; ``src_mask`` (N, 1, 1, S) defaults to the padding mask. The state starts
     with one row per sentence; ``select`` may repeat, reorder and drop rows.
     """
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
         self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
-        self.memory = self.encode(src)  # (n, S, d_model), one per sentence
-        self.sentence = torch.arange(len(src), device=src.device)  # (N,) sentence of each row
-        self.grouped = True  # rows are sentence 0's, then sentence 1's, ..., as many each
+        memory = self.encode(src)  # (N, S, d_model)
         self.length = 0  # target positions decoded so far
-        self.cache: dict = {}  # per layer i: {"self": per row, "cross": per sentence}
-        for i, layer in enumerate(model.decoder.layers):  # the encoder side, once per sentence
-            keys, values = layer.cross_attn.project_kv(self.memory)  # (n, h, S, d_k), (.., d_v)
-            self.cache[i] = {"cross": {"key": keys, "value": values}}
+        # Per layer: the encoder output's keys (N, h, S, d_k) and values (N, h, S, d_v).
+        self.cross_kv = [layer.cross_attn.project_kv(memory) for layer in model.decoder.layers]
+        # Per layer: self-attention's keys (N, h, t, d_k) and values (N, h, t, d_v) so far.
+        self.self_kv: list[tuple[Tensor, Tensor] | None] = [None] * len(self.cross_kv)
 
     def step(self, tokens: Tensor) -> Tensor:
         decoder = self.model.decoder
@@ -244,22 +242,27 @@ class IncrementalDecoder:
     def self_attention(self, i: int, h: Tensor) -> Tensor:
         """Layer i's masked self-attention for the new positions h (N, 1, d_model). No mask is
         needed: a new position may see every earlier one, whose keys and values the cache holds."""
-        own = self.cache[i].setdefault("self", {})  # per row
-        return self.model.decoder.layers[i].self_attn(h, h, h, None, cache=own)
+        attention = self.model.decoder.layers[i].self_attn
+        q, k, v = attention.project_qkv(h)  # (N, h, 1, d_k), (N, h, 1, d_k), (N, h, 1, d_v)
+        k, v = self.remember(i, k, v)  # (N, h, t, d_k), (N, h, t, d_v)
+        return attention.attend(q, k, v)  # (N, 1, d_model)
+
+    def remember(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Layer i's self-attention keys and values of the new positions, (N, h, 1, .), after
+        those of the earlier ones: (N, h, t, .), which the cache keeps for the next step."""
+        if self.self_kv[i] is not None:
+            k = torch.cat([self.self_kv[i][0], k], dim=2)
+            v = torch.cat([self.self_kv[i][1], v], dim=2)
+        self.self_kv[i] = k, v
+        return k, v
 
     def cross_attention(self, i: int, h: Tensor) -> Tensor:
         """Layer i's encoder-decoder attention for queries h (N, 1, d_model)."""
-        attention, cache = self.model.decoder.layers[i].cross_attn, self.cache[i]["cross"]
-        if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
-            n, d = len(self.memory), h.shape[-1]
-            out = attention(h.view(n, -1, d), self.memory, self.memory, self.src_mask, cache=cache)
-            return out.view(-1, 1, d)  # (n, k, d_model) -> (N, 1, d_model)
-        rows = {name: tensor.index_select(0, self.sentence) for name, tensor in cache.items()}
-        mask = self.src_mask.index_select(0, self.sentence)  # (N, 1, 1, S)
-        return attention(h, self.memory, self.memory, mask, cache=rows)
+        attention, (keys, values) = self.model.decoder.layers[i].cross_attn, self.cross_kv[i]
+        return attention.attend(attention.project_q(h), keys, values, self.src_mask)
 
     def encode(self, src: Tensor) -> Tensor:
-        """The memory (n, S, d_model) of the sources ``src`` (n, S)."""
+        """The memory (N, S, d_model) of the sources ``src`` (N, S)."""
         return self.model.encode(src, self.src_mask)
 
     def feed_forward(self, i: int, h: Tensor) -> Tensor:
@@ -270,31 +273,22 @@ class IncrementalDecoder:
         return self.model.generator(h)  # (N, d_model) -> (N, V)
 
     def select(self, rows: Tensor) -> None:
-        for i in self.cache:
-            _select_rows(self.cache[i].get("self", {}), rows)
-        sentence = self.sentence[rows]
-        kept = torch.unique(sentence)  # sorted
-        if len(kept) < len(self.memory):  # sentences without rows are done: drop their side
-            self.memory = self.memory.index_select(0, kept)
-            self.src_mask = self.src_mask.index_select(0, kept)
-            for i in self.cache:
-                _select_rows(self.cache[i]["cross"], kept)
-            sentence = torch.searchsorted(kept, sentence)
-        self.sentence, n = sentence, len(kept)
-        if n == 0:  # no rows left
-            return
-        per_sentence = torch.arange(n, device=rows.device).repeat_interleave(len(rows) // n)
-        self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
+        self.self_kv = [_rows(kv, rows) for kv in self.self_kv]
+        self.select_encoder_side(rows)
+
+    def select_encoder_side(self, rows: Tensor) -> None:
+        """Keep the rows ``rows`` (N',) of the encoder side: its keys, values and source mask."""
+        self.cross_kv = [_rows(kv, rows) for kv in self.cross_kv]
+        self.src_mask = self.src_mask.index_select(0, rows)
 
 
-def _select_rows(cache: dict, rows: Tensor) -> None:
-    for key, value in cache.items():
-        if isinstance(value, dict):
-            _select_rows(value, rows)
-        elif isinstance(value, Tensor):
-            # index_select, not value[rows]: the general indexing machinery is several times
-            # slower at copying whole rows (the chapter on inference engines measures it)
-            cache[key] = value.index_select(0, rows)
+def _rows(tensors: tuple[Tensor, ...] | None, rows: Tensor) -> tuple[Tensor, ...] | None:
+    """The rows ``rows`` of each tensor, in that order (None, before the first step, stays)."""
+    if tensors is None:
+        return None
+    # index_select, not tensor[rows]: the general indexing machinery is several times slower at
+    # copying whole rows (the chapter on inference engines measures it)
+    return tuple(tensor.index_select(0, rows) for tensor in tensors)
 
 
 # %% book/translating.md:51 (cell 4)
@@ -331,7 +325,49 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:106 (cell 6)
+# %% book/translating.md:108 (cell 6)
+class SentenceGroupedDecoder(IncrementalDecoder):
+    """:class:`IncrementalDecoder` with the encoder side (its keys and values, and the source
+    mask) kept once per sentence, not once per row: a sentence's k beams read it in place, as k
+    queries of one attention while the rows come grouped by sentence.
+
+    ``src`` (n, S) int64, one row per sentence at the start; ``select`` may repeat, reorder and
+    drop rows; the state has N rows.
+    """
+
+    def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
+        super().__init__(model, src, src_mask)
+        self.sentence = torch.arange(len(src), device=src.device)  # (N,) sentence of each row
+        self.grouped = True  # rows are sentence 0's, then sentence 1's, ..., as many each
+
+    def cross_attention(self, i: int, h: Tensor) -> Tensor:
+        """Layer i's encoder-decoder attention for queries h (N, 1, d_model)."""
+        attention, (keys, values) = self.model.decoder.layers[i].cross_attn, self.cross_kv[i]
+        if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
+            n, d = len(self.src_mask), h.shape[-1]
+            q = attention.project_q(h.view(n, -1, d))  # (n, h, k, d_k)
+            out = attention.attend(q, keys, values, self.src_mask)  # (n, k, d_model)
+            return out.view(-1, 1, d)  # (N, 1, d_model)
+        # Rows in another order: each row gathers its sentence's side, a copy.
+        by_row = (t.index_select(0, self.sentence) for t in (keys, values, self.src_mask))
+        keys, values, mask = by_row  # (N, h, S, d_k), (N, h, S, d_v), (N, 1, 1, S)
+        return attention.attend(attention.project_q(h), keys, values, mask)
+
+    def select_encoder_side(self, rows: Tensor) -> None:
+        """Note each row's sentence; drop the encoder side of sentences left without rows."""
+        sentence = self.sentence[rows]
+        kept = torch.unique(sentence)  # sorted
+        if len(kept) < len(self.src_mask):  # sentences without rows are done: drop their side
+            super().select_encoder_side(kept)
+            sentence = torch.searchsorted(kept, sentence)
+        self.sentence, n = sentence, len(kept)
+        if n == 0:  # no rows left
+            return
+        per_sentence = torch.arange(n, device=rows.device).repeat_interleave(len(rows) // n)
+        self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
+
+
+# %% book/translating.md:197 (cell 10)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -347,7 +383,7 @@ def translate(
     sentences: Sequence[str],
     search: SearchConfig | None = None,
     progress: bool = False,
-    decoder_state: Callable[..., DecoderState] = IncrementalDecoder,
+    decoder_state: Callable[..., DecoderState] = SentenceGroupedDecoder,
 ) -> list[str]:
     """Translate ``sentences`` with ``search`` (default: §6.1's beam 4, α 0.6, input + 50).
 
@@ -366,7 +402,8 @@ def translate(
         sentences: the source sentences, detokenized text.
         search: the search's settings; None: ``SearchConfig()``, the paper's.
         progress: show a tqdm bar over the batches.
-        decoder_state: the searches' state; default: ``IncrementalDecoder``, keys and values cached.
+        decoder_state: the searches' state; default: ``SentenceGroupedDecoder``, keys and values
+            cached, the encoder side's once per sentence.
 
     Returns:
         One detokenized translation for each sentence, in their order.
@@ -426,5 +463,6 @@ __all__ = [
     "IncrementalDecoder",
     "SearchConfig",
     "GREEDY",
+    "SentenceGroupedDecoder",
     "translate",
 ]

@@ -267,7 +267,7 @@ class CTranslate2Translator:
 # %% book/inference_engine.md:376 (cell 9)
 from collections.abc import Callable
 
-from transformer_lib.decoding import IncrementalDecoder, translate
+from transformer_lib.decoding import SentenceGroupedDecoder, translate
 
 ENGINES = ("ours", "onednn", "ctranslate2")
 
@@ -283,7 +283,7 @@ def make_translator(
     if engine != "ctranslate2":
         if quantize is not None:
             raise EngineError(f"quantize={quantize!r} needs the ctranslate2 engine")
-        state = OneDNNDecoder if engine == "onednn" else IncrementalDecoder
+        state = OneDNNDecoder if engine == "onednn" else SentenceGroupedDecoder
         return lambda sentences, search, progress=False: translate(
             model, tokenizer, sentences, search, progress=progress, decoder_state=state
         )
@@ -291,15 +291,15 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-# %% book/inference_engine.md:896 (cell 31)
+# %% book/inference_engine.md:897 (cell 31)
 import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib.onednn import onednn_linear, require_onednn
 
 
-class OneDNNDecoder(IncrementalDecoder):
-    """``IncrementalDecoder`` with an engine's step for CPUs: every product by oneDNN, the
+class OneDNNDecoder(SentenceGroupedDecoder):
+    """``SentenceGroupedDecoder`` with an engine's step for CPUs: every product by oneDNN, the
     encoder's included, and the attention of a step's new positions written out (two batched
     products and a softmax), which beats the fused kernel for a step's few queries and keys.
     Float32 weights on the CPU only."""
@@ -330,17 +330,14 @@ class OneDNNDecoder(IncrementalDecoder):
     def self_attention(self, i: int, h: Tensor) -> Tensor:
         attention = self.model.decoder.layers[i].self_attn
         q, k, v = attention.project_qkv(h, onednn_linear)  # (N, h, 1, d_k), (..), (N, h, 1, d_v)
-        cache = self.cache[i].setdefault("self", {})  # per row, as the chapter's decoder keeps it
-        if "key" in cache:
-            k, v = torch.cat([cache["key"], k], dim=2), torch.cat([cache["value"], v], dim=2)
-        cache["key"], cache["value"] = k, v
+        k, v = self.remember(i, k, v)  # (N, h, t, d_k), (N, h, t, d_v), kept per row
         return _attend(attention, q, k, v, None)
 
     def cross_attention(self, i: int, h: Tensor) -> Tensor:
-        attention, cache = self.model.decoder.layers[i].cross_attn, self.cache[i]["cross"]
-        keys, values, mask = cache["key"], cache["value"], self.src_mask
+        attention, (keys, values) = self.model.decoder.layers[i].cross_attn, self.cross_kv[i]
+        mask = self.src_mask  # (n, 1, 1, S), once per sentence
         if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
-            h = h.view(len(self.memory), -1, attention.d_model)  # (n, k, d_model)
+            h = h.view(len(mask), -1, attention.d_model)  # (n, k, d_model)
         else:
             keys, values, mask = (t.index_select(0, self.sentence) for t in (keys, values, mask))
         out = _attend(attention, attention.project_q(h, onednn_linear), keys, values, mask)

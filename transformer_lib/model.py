@@ -211,8 +211,7 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, feed-forward network (§3.1).
 
     ``forward(x (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S),
-    tgt_mask (B, 1, T, T))`` -> (B, T, d_model). With ``cache`` (a dict) the layer runs
-    incrementally: ``x`` holds only the new positions, and keys and values are kept in ``cache``.
+    tgt_mask (B, 1, T, T))`` -> (B, T, d_model).
     """
 
     def __init__(self, c: TransformerConfig):
@@ -224,13 +223,11 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         self.norm_first = c.norm_first
 
-    def forward(self, x, memory, src_mask, tgt_mask, cache=None, need_weights=False) -> Tensor:
-        own = cache.setdefault("self", {}) if cache is not None else None
-        other = cache.setdefault("cross", {}) if cache is not None else None
+    def forward(self, x, memory, src_mask, tgt_mask, need_weights=False) -> Tensor:
         return self.connect(
             x,
-            lambda h: self.self_attn(h, h, h, tgt_mask, need_weights, own),
-            lambda h: self.cross_attn(h, memory, memory, src_mask, need_weights, other),
+            lambda h: self.self_attn(h, h, h, tgt_mask, need_weights),
+            lambda h: self.cross_attn(h, memory, memory, src_mask, need_weights),
             self.feed_forward,
         )
 
@@ -258,7 +255,7 @@ def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:585 (cell 33)
+# %% book/model.md:579 (cell 33)
 class Encoder(nn.Module):
     """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model)."""
 
@@ -286,14 +283,10 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layers))
         self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
 
-    def forward(self, tgt, memory, src_mask, tgt_mask, cache=None, need_weights=False) -> Tensor:
-        offset = cache.get("length", 0) if cache is not None else 0
-        x = self.positions(self.embeddings(tgt), offset)
-        for i, layer in enumerate(self.layers):
-            layer_cache = cache.setdefault(i, {}) if cache is not None else None
-            x = layer(x, memory, src_mask, tgt_mask, layer_cache, need_weights)
-        if cache is not None:
-            cache["length"] = offset + tgt.shape[1]
+    def forward(self, tgt, memory, src_mask, tgt_mask, need_weights=False) -> Tensor:
+        x = self.positions(self.embeddings(tgt))
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask, need_weights)
         return self.norm(x)
 
 
@@ -356,25 +349,18 @@ class Transformer(nn.Module):
             src_mask = padding_mask(src, self.config.pad_id)
         return self.encoder(src, src_mask)
 
-    def decode(
-        self, tgt, memory, src_mask, tgt_mask=None, cache=None, need_weights=False
-    ) -> Tensor:
+    def decode(self, tgt, memory, src_mask, tgt_mask=None, need_weights=False) -> Tensor:
         """Decoder states (B, T, d_model) of target tokens (B, T) given the memory (B, S, d_model).
 
         The memory holds no token ids, so the source's padding cannot be found from it: pass the
-        ``src_mask`` that :meth:`encode` used (None only for a source without padding). With
-        ``cache`` (a dict, empty for the first call) the decoder runs incrementally: each
-        call passes only the new tokens, and earlier positions are read from the cache.
+        ``src_mask`` that :meth:`encode` used (None only for a source without padding).
 
         Args:
-            tgt: (B, T) int64 target token ids, ``<s>`` first; with ``cache``, only the new
-                positions.
+            tgt: (B, T) int64 target token ids, ``<s>`` first.
             memory: (B, S, d_model), from :meth:`encode`.
             src_mask: (B, 1, 1, S) bool, ``True`` = a real source token; or None.
             tgt_mask: bool, broadcasts to (B, h, T, T), ``True`` = may attend; None: the padding
-                and causal masks together (without ``cache``; with it, no mask, since no later
-                position exists to hide).
-            cache: a dict the caller owns and passes again at each call; None: no cache.
+                and causal masks together.
             need_weights: keep each attention's weights in its ``weights``: (B, h, T, T) in
                 self-attention, (B, h, T, S) in encoder-decoder attention.
 
@@ -382,10 +368,10 @@ class Transformer(nn.Module):
             Decoder states (B, T, d_model), before the pre-softmax projection
             (``model.generator``).
         """
-        if tgt_mask is None and cache is None:
+        if tgt_mask is None:
             causal = subsequent_mask(tgt.shape[1], tgt.device)
             tgt_mask = padding_mask(tgt, self.config.pad_id) & causal
-        return self.decoder(tgt, memory, src_mask, tgt_mask, cache, need_weights)
+        return self.decoder(tgt, memory, src_mask, tgt_mask, need_weights)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> Tensor:
         """Logits of the next target token at every position: the whole of Figure 1.

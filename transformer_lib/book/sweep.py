@@ -39,7 +39,7 @@ from transformer_lib.book.variations import (
 )
 from transformer_lib.checkpoints import CheckpointError
 from transformer_lib.data import load_multi30k
-from transformer_lib.decoding import IncrementalDecoder, SearchConfig, translate
+from transformer_lib.decoding import SearchConfig, SentenceGroupedDecoder, translate
 from transformer_lib.evaluation import corpus_scores
 from transformer_lib.provenance import device_name, environment, jsonable, write_text_atomically
 from transformer_lib.tokenizer import BPETokenizer
@@ -181,7 +181,8 @@ def run_variant(
     model, summary = _train_variant(variant, pairs, valid_batches, run_dir, device, progress)
     started = time.perf_counter()
     valid = summary["valid"] or evaluate_loss(model, valid_batches, variant.model.pad_id, device)
-    state = RecurrentDecoder if isinstance(variant.model, RecurrentConfig) else IncrementalDecoder
+    recurrent = isinstance(variant.model, RecurrentConfig)
+    state = RecurrentDecoder if recurrent else SentenceGroupedDecoder  # translate's own
     search = SearchConfig(
         beam_size=profile.beam_size, alpha=profile.alpha, batch_size=profile.translate_batch
     )
@@ -229,7 +230,7 @@ def run_variant(
     return record
 
 
-# %% book/sweep.md:936 (cell 28)
+# %% book/sweep.md:937 (cell 28)
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
