@@ -297,7 +297,7 @@ def _select_rows(cache: dict, rows: Tensor) -> None:
             cache[key] = value.index_select(0, rows)
 
 
-# %% book/translating.md:51 (cell 4)
+# %% book/translating.md:53 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's.
@@ -327,11 +327,29 @@ class SearchConfig:
                 f"{self.extra_length}"
             )
 
+    def recorded(self) -> dict:
+        """The settings a model's files keep: ``beam_size``, ``alpha`` and ``extra_length``
+        (``SearchConfig(**recorded)`` reads them back, with the default ``batch_size``)."""
+        return {
+            "beam_size": self.beam_size,
+            "alpha": self.alpha,
+            "extra_length": self.extra_length,
+        }
+
 
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:106 (cell 6)
+# %% book/translating.md:120 (cell 6)
+def model_search(model) -> SearchConfig:
+    """The search :func:`translate` runs when it is given none: ``model.search``, the model's
+    own (``load_pretrained`` and ``load_translator`` set it from the model's files), else §6.1's
+    ``SearchConfig()``."""
+    search = getattr(model, "search", None)  # a model built in code has none
+    return search if isinstance(search, SearchConfig) else SearchConfig()
+
+
+# %% book/translating.md:170 (cell 9)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -349,7 +367,7 @@ def translate(
     progress: bool = False,
     decoder_state: Callable[..., DecoderState] = IncrementalDecoder,
 ) -> list[str]:
-    """Translate ``sentences`` with ``search`` (default: §6.1's beam 4, α 0.6, input + 50).
+    """Translate ``sentences`` with ``search`` (default: the model's own, :func:`model_search`).
 
     ``tokenizer`` is the run's :class:`~transformer_lib.tokenizer.BPETokenizer`. The model stays
     on its device; the source is padded with ``model.config.pad_id``; the result is in the order
@@ -364,7 +382,8 @@ def translate(
         model: a :class:`~transformer_lib.model.Transformer`, or a model ``decoder_state`` drives.
         tokenizer: the tokenizer of the run that trained ``model``.
         sentences: the source sentences, detokenized text.
-        search: the search's settings; None: ``SearchConfig()``, the paper's.
+        search: the search's settings; None: :func:`model_search`, the model's own
+            (``model.search``), else §6.1's.
         progress: show a tqdm bar over the batches.
         decoder_state: the searches' state; default: ``IncrementalDecoder``, keys and values cached.
 
@@ -377,7 +396,7 @@ def translate(
         >>> translate(model, tokenizer, ["Zwei Hunde spielen im Schnee."])
         ['Two dogs play in the snow.']
     """
-    search = search or SearchConfig()
+    search = search or model_search(model)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -426,5 +445,6 @@ __all__ = [
     "IncrementalDecoder",
     "SearchConfig",
     "GREEDY",
+    "model_search",
     "translate",
 ]

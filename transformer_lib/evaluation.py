@@ -36,7 +36,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:206 (cell 8)
+# %% book/translating.md:271 (cell 11)
 def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
     """Refuse state dicts that cannot be averaged: none at all, or two with different keys or
     shapes (the error names the first difference)."""
@@ -60,7 +60,7 @@ def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
                 )
 
 
-# %% book/translating.md:231 (cell 9)
+# %% book/translating.md:296 (cell 12)
 from transformer_lib.training import RESUMABLE_CHANGES
 
 
@@ -136,7 +136,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:314 (cell 11)
+# %% book/translating.md:383 (cell 14)
 def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False
 ) -> dict:
@@ -180,12 +180,12 @@ def corpus_scores(
     }
 
 
-# %% book/translating.md:368 (cell 13)
+# %% book/translating.md:437 (cell 16)
 import json
 from collections.abc import Callable
 
 from transformer_lib.data import load_multi30k
-from transformer_lib.decoding import SearchConfig, translate
+from transformer_lib.decoding import SearchConfig, model_search, translate
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.provenance import write_text_atomically
 from transformer_lib.tokenizer import BPETokenizer
@@ -195,7 +195,8 @@ def load_translator(
     path: Path, device: str | torch.device = "cpu"
 ) -> tuple[Transformer, BPETokenizer, dict]:
     """The model (in eval mode, on ``device``), tokenizer and checkpoint dict of a checkpoint
-    written by ``train_translation`` or ``average_checkpoints``."""
+    written by ``train_translation`` or ``average_checkpoints``. ``model.search`` is the search
+    the checkpoint records (its profile's), else §6.1's."""
     checkpoint = load_checkpoint(Path(path), map_location=device)
     model_config = checkpoint.get("config", {}).get("model")
     if model_config is None or "tokenizer" not in checkpoint:
@@ -205,6 +206,13 @@ def load_translator(
         )
     model = Transformer(TransformerConfig(**model_config))
     model.load_state_dict(checkpoint["model"])
+    try:
+        model.search = SearchConfig(**checkpoint.get("search", {}))  # none recorded: §6.1's
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"{path} records search settings SearchConfig cannot take ({err}): was it written "
+            "by another version of transformer_lib?"
+        ) from err
     model.to(device).eval()
     return model, BPETokenizer.from_json(checkpoint["tokenizer"]), checkpoint
 
@@ -238,7 +246,7 @@ def evaluate_split(
         tgt: the target language.
         data_dir: a folder holding the Multi30k files; None: ``$TRANSFORMER_LIB_DATA`` or the
             cache.
-        search: the search's settings; None: ``SearchConfig()``, the paper's.
+        search: the search's settings; None: the model's own (``model_search``).
         limit: translate only the first ``limit`` sentences; None: all.
         progress: show a tqdm bar.
         translator: translates instead of :func:`~transformer_lib.decoding.translate`.
@@ -252,7 +260,7 @@ def evaluate_split(
             :func:`~transformer_lib.data.load_multi30k`).
         DataNotFoundError: the Multi30k files cannot be found or downloaded.
     """
-    search = search or SearchConfig()
+    search = search or model_search(model)
     pairs = load_multi30k(split, src, tgt, data_dir)[:limit]
     sources = [source for source, _ in pairs]
     if translator is None:
