@@ -69,7 +69,7 @@ def greedy_search(
     return outputs
 
 
-# %% book/decoding.md:143 (cell 4)
+# %% book/decoding.md:144 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
     """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
@@ -179,7 +179,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:262 (cell 6)
+# %% book/decoding.md:263 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -206,7 +206,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:314 (cell 8)
+# %% book/decoding.md:315 (cell 8)
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
     every layer's keys and values (self-attention: all positions so far, per row; encoder-decoder
