@@ -154,6 +154,7 @@ def test_train_writes_a_run_and_resumes_it(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     state = load_checkpoint(out / "checkpoints" / "last.pt")
     assert state["step"] == 4 and isinstance(state["tokenizer"], str)
+    assert state["search"] == {"beam_size": 4, "alpha": 0.6, "extra_length": 50}  # ci's: §6.1's
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] == 4
     assert torch.isfinite(torch.stack([p.float().sum() for p in state["model"].values()])).all()

@@ -230,10 +230,10 @@ def _add_search_options(command) -> None:
         help="a shipped model, by name (e.g. multi30k-de-en-laptop) or the path of its folder",
     )
     # Without these, the model's own search (model_search), as the library's translate uses it.
-    command.add_argument("--beam", type=int, help="beam size; 1 is greedy (the model's: 4)")
-    command.add_argument("--alpha", type=float, help="length penalty (the model's, §6.1: 0.6)")
+    command.add_argument("--beam", type=int, help="beam size, 1 greedy (default: the model's)")
+    command.add_argument("--alpha", type=float, help="length penalty α (default: the model's)")
     command.add_argument(
-        "--extra-length", type=int, help="output tokens beyond the input's (the model's: 50)"
+        "--extra-length", type=int, help="output tokens beyond the input's (default: the model's)"
     )
     command.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
     command.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when present)")

@@ -235,10 +235,11 @@ def write_report(
     Averages the last ``average`` checkpoints of ``run_dir`` (into ``run_dir/average.pt``),
     translates each split with ``search`` (default: the model's own, which its checkpoints
     record), scores it with sacreBLEU and writes the files of ``REPORT_FILES`` and one hypothesis
-    file per split; the shipped model's ``config.json`` records the search it was scored with. ``limit`` keeps only the first sentences
-    of each split (quick checks; ``bleu.json`` says so). ``attention_sentences`` sentences of the
-    first split go into ``attention.json``: those whose source and translation have fewer than
-    ``attention_max_tokens`` tokens, others only when too few are that short.
+    file per split; the shipped model's ``config.json`` records the search it was scored with.
+    ``limit`` keeps only the first sentences of each split (quick checks; ``bleu.json`` says so).
+    ``attention_sentences`` sentences of the first split go into ``attention.json``: those whose
+    source and translation have fewer than ``attention_max_tokens`` tokens, others only when too
+    few are that short.
     ``manifest`` adds entries (the commands) to ``manifest.json``; ``shipped_dtype`` is the type
     of the shipped weights (default: the model's float32). Returns ``bleu.json``.
     """
@@ -294,7 +295,7 @@ def write_report(
     return bleu
 
 
-# %% book/runs.md:1080 (cell 26)
+# %% book/runs.md:1081 (cell 26)
 def read_report(folder: Path) -> dict:
     """The files of a report folder, parsed: ``config``, ``metrics`` (a list of records),
     ``bleu``, ``samples`` (Markdown text), ``attention``, ``manifest`` and ``hypotheses``
