@@ -154,6 +154,7 @@ def test_train_writes_a_run_and_resumes_it(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     state = load_checkpoint(out / "checkpoints" / "last.pt")
     assert state["step"] == 4 and isinstance(state["tokenizer"], str)
+    assert state["search"] == {"beam_size": 4, "alpha": 0.6, "extra_length": 50}  # ci's: §6.1's
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] == 4
     assert torch.isfinite(torch.stack([p.float().sum() for p in state["model"].values()])).all()
@@ -263,22 +264,26 @@ def test_translate_bad_beam_is_a_usage_error(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "options, run, expected",
+    "options, own, expected",
     [
-        ([], {"profile": "laptop"}, "laptop"),  # the length penalty the profile is evaluated with
-        ([], {"profile": "ci"}, "ci"),
-        ([], {}, 0.6),  # a model of no known profile: §6.1's
-        (["--alpha", "0.25"], {"profile": "laptop"}, 0.25),  # the reader's choice wins
+        ([], (2, 1.8, 7), (2, 1.8, 7)),  # the model's own search
+        ([], None, (4, 0.6, 50)),  # a model without one: §6.1's
+        (["--alpha", "0.25"], (2, 1.8, 7), (2, 0.25, 7)),  # an option replaces its one setting
+        (["--beam", "1", "--extra-length", "3"], (4, 1.8, 50), (1, 1.8, 3)),
     ],
 )
-def test_the_length_penalty_follows_the_models_profile(options, run, expected):
-    from transformer_lib.cli import _search, build_parser
-    from transformer_lib.recipe import PROFILES
+def test_the_search_is_the_models_own_and_an_option_replaces_its_setting(options, own, expected):
+    """The rule of translate (model_search): the command line searches as Python does."""
+    from types import SimpleNamespace
 
-    args = build_parser().parse_args(["translate", "--model", "m", *options])
-    wanted = PROFILES[expected].alpha if isinstance(expected, str) else expected
-    assert _search(args, run).alpha == wanted
-    assert _search(args).beam_size == 4
+    from transformer_lib.cli import _search, build_parser
+    from transformer_lib.decoding import SearchConfig
+
+    args = build_parser().parse_args(["translate", "--model", "m", *options, "--batch-size", "8"])
+    model = SimpleNamespace(search=None if own is None else SearchConfig(*own))
+    found = _search(args, model)
+    assert (found.beam_size, found.alpha, found.extra_length, found.batch_size) == (*expected, 8)
+    assert _search(args).beam_size == (expected[0] if "--beam" in options else 4)  # no model yet
 
 
 def test_translate_missing_checkpoint_is_a_usage_error(tmp_path):

@@ -389,7 +389,7 @@ def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
         assert all(row["batch_size"] == 3 and row["rounds"] == 1 for row in found.values())
     groups = {"matrix products", "cache copies", "Python and dispatch"}
     assert groups <= set(results["profile"]) and groups <= set(results["profile, oneDNN"])
-    assert "takes" in done.stdout and "int8 loses" in done.stdout
+    assert "takes" in done.stdout and "int8: delta BLEU" in done.stdout
 
 
 @pytest.mark.parametrize(

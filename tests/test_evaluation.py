@@ -160,3 +160,44 @@ def test_lowercase_bleu_equals_sacrebleu_program(tmp_path):
 def test_hypothesis_count_must_match():
     with pytest.raises(ValueError, match="3 hypotheses for 4 references"):
         corpus_scores(HYPOTHESES[:3], REFERENCES)
+
+
+def translation_checkpoint(path, **extra) -> None:
+    """A checkpoint that load_translator reads: a tiny model, its config and tokenizer, and
+    ``extra`` entries."""
+    from transformer_lib.model import Transformer, TransformerConfig
+    from transformer_lib.tokenizer import BPETokenizer
+
+    tokenizer = BPETokenizer.train(["ein hund", "a dog"] * 3, 280)
+    vocab = tokenizer.vocab_size
+    config = TransformerConfig(vocab, vocab, d_model=16, d_ff=32, n_heads=2, n_layers=1)
+    checkpoint = {"model": Transformer(config).state_dict(), "step": 1, **extra}
+    checkpoint |= {"config": {"model": vars(config)}, "tokenizer": tokenizer.to_json()}
+    save_checkpoint(checkpoint, path)
+
+
+@pytest.mark.parametrize(
+    "recorded, expected",
+    [
+        ({"search": {"beam_size": 2, "alpha": 1.8, "extra_length": 9}}, (2, 1.8, 9)),
+        ({}, (4, 0.6, 50)),
+    ],
+)
+def test_load_translator_gives_the_model_the_search_its_checkpoint_records(
+    tmp_path, recorded, expected
+):
+    """train_translation writes the profile's search into every checkpoint; a checkpoint that
+    records none is searched with §6.1's settings."""
+    from transformer_lib.evaluation import load_translator
+
+    translation_checkpoint(tmp_path / "last.pt", **recorded)
+    model, _, _ = load_translator(tmp_path / "last.pt")
+    assert (model.search.beam_size, model.search.alpha, model.search.extra_length) == expected
+
+
+def test_a_checkpoint_with_unreadable_search_settings_is_refused(tmp_path):
+    from transformer_lib.evaluation import load_translator
+
+    translation_checkpoint(tmp_path / "last.pt", search={"alpha": -1.0})
+    with pytest.raises(CheckpointError, match="search settings"):
+        load_translator(tmp_path / "last.pt")

@@ -98,9 +98,9 @@ def test_a_name_downloads_into_the_cache_and_then_needs_no_site(installed, site,
         assert torch.equal(model(src, tgt), reference(src, tgt))
     assert [p.name for p in installed.iterdir()] == [NAME]  # no staging folder left
     monkeypatch.setenv("TRANSFORMER_LIB_MODELS_URL", "http://127.0.0.1:9/")  # nothing listens
-    load_pretrained(NAME)  # from the cache, without the site
+    again, _ = load_pretrained(NAME)  # from the cache, without the site
     alpha = json.loads((folder / "bleu.json").read_text())["alpha"]
-    assert pretrained.evaluated_alpha(pretrained.model_folder(NAME)) == alpha
+    assert again.search == reference.search and again.search.alpha == alpha  # the report came too
 
 
 def test_a_file_of_another_version_is_refused_and_nothing_is_kept(installed, site):

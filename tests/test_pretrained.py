@@ -2,6 +2,7 @@
 model, every damaged or missing file is refused by name, the command line takes --model, and each
 shipped model translates the test set into the hypotheses its report committed."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from transformer_lib.pretrained import (
 from transformer_lib.tokenizer import BPETokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "results"
 SHIPPED = sorted(path.parent for path in (ROOT / "results").glob("*/model.safetensors"))
 FIRST = 100  # sentences of test_2016_flickr translated again from each shipped model
 
@@ -210,3 +212,56 @@ def test_each_shipped_model_translates_into_its_committed_hypotheses(folder):
     again = translate(model, tokenizer, [source for source, _ in pairs], search)
     committed = (folder / hypotheses_name("test_2016_flickr", bleu["tgt"])).read_text()
     assert again == committed.splitlines()[:FIRST]
+
+
+def test_the_search_travels_in_config_json_and_comes_back_as_model_search(tmp_path, tokenizer):
+    model = small_model(tokenizer.vocab_size)
+    run = {"run": {"src": "de", "tgt": "en"}}
+    save_pretrained(model, tokenizer, run, tmp_path / "a", search=SearchConfig(2, 1.1, 9))
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert config["search"] == {"beam_size": 2, "alpha": 1.1, "extra_length": 9}
+    loaded, _ = load_pretrained(tmp_path / "a")
+    assert loaded.search == SearchConfig(2, 1.1, 9)
+    save_pretrained(loaded, tokenizer, run, tmp_path / "b")  # the model's own goes with it
+    assert load_pretrained(tmp_path / "b")[0].search == SearchConfig(2, 1.1, 9)
+
+
+def test_a_folder_without_a_search_entry_is_searched_as_its_report_scored_it(folder):
+    assert load_pretrained(folder)[0].search == SearchConfig()  # no report either: §6.1's
+    report = {"beam_size": 3, "alpha": 1.3, "max_length": "input + 20"}
+    (folder / "bleu.json").write_text(json.dumps(report))
+    assert load_pretrained(folder)[0].search == SearchConfig(3, 1.3, 20)
+    (folder / "bleu.json").write_text(json.dumps({**report, "max_length": "twice the input"}))
+    with pytest.raises(PretrainedError, match="search settings"):
+        load_pretrained(folder)
+
+
+@pytest.mark.parametrize("folder", SHIPPED, ids=[folder.name for folder in SHIPPED])
+def test_each_shipped_model_is_searched_as_its_report(folder):
+    bleu = json.loads((folder / "bleu.json").read_text())
+    search = load_pretrained(folder)[0].search
+    assert (search.beam_size, search.alpha) == (bleu["beam_size"], bleu["alpha"])
+    assert f"input + {search.extra_length}" == bleu["max_length"]
+
+
+def test_python_and_the_command_line_translate_a_shipped_model_alike():
+    """translate() without a search and the translate command without options search the model
+    with its own settings (α = 1.8 for the laptop model: its report's hypotheses come back);
+    --alpha, like a SearchConfig given in Python, replaces the model's α."""
+    require_multi30k()
+    name = "multi30k-de-en-laptop"
+    pairs = load_multi30k("test_2016_flickr", "de", "en")[:6]
+    # A sentence whose translation depends on α, so that the override is seen to act.
+    sources = [source for source, _ in pairs] + ["Ein Mann in einem roten Hemd fährt Fahrrad."]
+    model, tokenizer = load_pretrained(name)
+    python = translate(model, tokenizer, sources)
+    done = run_cli("translate", "--model", name, stdin="\n".join(sources) + "\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == python
+    committed = (RESULTS_DIR / name / hypotheses_name("test_2016_flickr", "en")).read_text()
+    assert python[:6] == committed.splitlines()[:6]  # the report's search, α 1.8
+    paper = dataclasses.replace(model.search, alpha=0.6)
+    python_06 = translate(model, tokenizer, sources, paper)
+    done = run_cli("translate", "--model", name, "--alpha", "0.6", stdin="\n".join(sources) + "\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == python_06 != python

@@ -215,7 +215,7 @@ def table(args: argparse.Namespace) -> None:
     """Each candidate's scores by stopping point, in each direction, its best marked."""
     for direction in args.directions:
         records = read_jsonl(args.results / direction / "search.jsonl")
-        print(f"{direction:6} {'candidate':14} {'end':>6} {'ppl':>7} {'BLEU':>6} {'chrF':>6}")
+        print(f"{direction:6} {'candidate':14} {'end':>6} {'ppl':>7} {'BLEU':>6} {'chrF':>6} alpha")
         for name in CANDIDATES:
             mine = sorted((r for r in records if r["name"] == name), key=lambda r: r["end"])
             best = max(mine, key=lambda r: r["valid_bleu"], default=None)
@@ -223,7 +223,7 @@ def table(args: argparse.Namespace) -> None:
                 mark = "  <- best" if r is best else ""
                 print(
                     f"{direction:6} {name:14} {r['end']:6d} {r['valid_ppl']:7.3f} "
-                    f"{r['valid_bleu']:6.2f} {r['valid_chrf']:6.2f}{mark}"
+                    f"{r['valid_bleu']:6.2f} {r['valid_chrf']:6.2f} {r['alpha']:5}{mark}"
                 )
 
 

@@ -429,11 +429,15 @@ def table(args: argparse.Namespace) -> None:
     rungs = [r for r in read_jsonl(RESULTS / "search.jsonl") if r["kind"] == "rung"]
     print(
         f"{'candidate':14} {'cost':>5} {'budget':>6} {'steps':>6} {'ppl':>6} {'BLEU':>6} {'min':>5}"
+        " alpha"
     )
     for r in sorted(rungs, key=lambda r: (r["budget"], -r["valid_bleu"])):
         print(
             f"{r['name']:14} {r['relative_cost']:5.2f} {r['budget']:6d} {r['steps']:6d} "
-            f"{r['valid_ppl']:6.3f} {r['valid_bleu']:6.2f} {r['wall_s'] / 60:5.1f}"
+            f"{r['valid_ppl']:6.3f} {r['valid_bleu']:6.2f} {r['wall_s'] / 60:5.1f} "
+            # The length penalty of its BLEU: score_average's, §6.1's 0.6 (the recorded rungs
+            # were scored before the records named it).
+            f"{r.get('alpha', 0.6):5}"
         )
 
 

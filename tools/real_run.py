@@ -391,8 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:  # UsageError and the library's own errors
         print(f"error: {err}", file=sys.stderr)
         return 2
+    search = f"beam {bleu['beam_size']}, alpha {bleu['alpha']}"  # every score with its search
     for split, scores in bleu["splits"].items():
-        print(f"{split}: BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}")
+        print(f"{split}: BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f} ({search})")
     print(f"report written to {args.results}")
     return 0
 

@@ -48,7 +48,8 @@ def recompute(name: str) -> list[str]:
                     f"{folder.name} {split}: {key} {scores[key]:.4f}, bleu.json {recorded[key]:.4f}"
                 )
         print(
-            f"{folder.name} {split}: BLEU {scores['bleu']:.2f} (bleu.json {recorded['bleu']:.2f}), "
+            f"{folder.name} {split}, beam {search.beam_size}, alpha {search.alpha}: "
+            f"BLEU {scores['bleu']:.2f} (bleu.json {recorded['bleu']:.2f}), "
             f"{len(hypotheses) - len(differ)}/{len(committed)} lines equal, "
             f"{time.perf_counter() - started:.0f} s",
             flush=True,

@@ -114,7 +114,10 @@ def bleu(index: dict, models: Path, limit: int | None) -> dict:
                     "sentences": len(sources),
                     "seconds": round(time.perf_counter() - started, 1),
                 }
-                print(f"{name} {engine}, {search_name}: BLEU {scores['bleu']:.2f}, {same} same")
+                alpha = f", alpha {search.alpha}" if search.beam_size > 1 else ""
+                print(
+                    f"{name} {engine}, {search_name}{alpha}: BLEU {scores['bleu']:.2f}, {same} same"
+                )
     return results
 
 

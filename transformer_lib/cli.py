@@ -6,6 +6,7 @@
 """The command line, ``python -m transformer_lib <command>``: it only wires the other modules."""
 
 import argparse
+import dataclasses
 import io
 import sys
 import tempfile
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:264 (cell 9)
+# %% book/command_line.md:265 (cell 9)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -193,7 +194,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:494 (cell 19)
+# %% book/command_line.md:495 (cell 19)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -220,7 +221,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:592 (cell 23)
+# %% book/command_line.md:594 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -228,12 +229,11 @@ def _add_search_options(command) -> None:
         "--model",
         help="a shipped model, by name (e.g. multi30k-de-en-laptop) or the path of its folder",
     )
-    command.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
+    # Without these, the model's own search (model_search), as the library's translate uses it.
+    command.add_argument("--beam", type=int, help="beam size, 1 greedy (default: the model's)")
+    command.add_argument("--alpha", type=float, help="length penalty α (default: the model's)")
     command.add_argument(
-        "--alpha", type=float, help="length penalty (default: the one the model's profile uses)"
-    )
-    command.add_argument(
-        "--extra-length", type=int, default=50, help="output tokens beyond the input's (50)"
+        "--extra-length", type=int, help="output tokens beyond the input's (default: the model's)"
     )
     command.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
     command.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
@@ -249,16 +249,16 @@ def _add_search_options(command) -> None:
     )
 
 
-def _search(args: argparse.Namespace, run: dict | None = None):
-    """The search settings of the options, as one value (their checks are SearchConfig's).
-    Without --alpha, the length penalty of the profile that trained the model (``run`` is its
-    description), as the profile's runs are evaluated; §6.1's 0.6 for any other model."""
-    from transformer_lib.decoding import SearchConfig
-    from transformer_lib.recipe import profile_alpha
+def _search(args: argparse.Namespace, model=None):
+    """The model's own search (``model_search``; §6.1's before a model is loaded), each option
+    given replacing its setting; the checks are SearchConfig's."""
+    from transformer_lib.decoding import model_search
 
-    alpha = profile_alpha(run) if args.alpha is None else args.alpha
+    options = [("beam_size", args.beam), ("alpha", args.alpha)]
+    options += [("extra_length", args.extra_length), ("batch_size", args.batch_size)]
+    given = {name: value for name, value in options if value is not None}
     try:
-        return SearchConfig(args.beam, alpha, args.extra_length, args.batch_size)
+        return dataclasses.replace(model_search(model), **given)
     except ValueError as err:
         message = str(err)
         for field, option in [("beam_size", "--beam"), ("batch_size", "--batch-size")]:
@@ -306,7 +306,7 @@ def _check_engine(args: argparse.Namespace) -> None:
 def add_translate_command(commands) -> None:
     command = commands.add_parser(
         "translate",
-        help="translate sentences from stdin to stdout (paper §6.1 search)",
+        help="translate sentences from stdin to stdout (the model's own search, §6.1)",
         description="Translate one sentence a line from standard input to standard output.",
     )
     _add_search_options(command)
@@ -335,8 +335,8 @@ def run_translate(args: argparse.Namespace) -> int:
 
     _search(args)  # the options are checked before the model loads
     _check_engine(args)
-    model, tokenizer, run, _ = _load(args)
-    search = _search(args, run)
+    model, tokenizer, _, _ = _load(args)
+    search = _search(args, model)
     sentences = _stdin_lines()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -348,7 +348,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:759 (cell 27)
+# %% book/command_line.md:761 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
@@ -389,7 +389,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     _search(args)  # the options are checked before the model loads
     _check_engine(args)
     model, tokenizer, run, loaded = _load(args)
-    search = _search(args, run)
+    search = _search(args, model)
     if "src" not in run or "tgt" not in run:
         raise UsageError(f"{used} does not say which languages it translates")
     if run.get("data", "multi30k") != "multi30k":

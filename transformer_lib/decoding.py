@@ -69,7 +69,7 @@ def greedy_search(
     return outputs
 
 
-# %% book/decoding.md:143 (cell 4)
+# %% book/decoding.md:144 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
     """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
@@ -179,7 +179,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:262 (cell 6)
+# %% book/decoding.md:263 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -206,7 +206,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:313 (cell 8)
+# %% book/decoding.md:314 (cell 8)
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
     every layer's keys and values (self-attention: all positions so far; encoder-decoder
@@ -291,7 +291,7 @@ def _rows(tensors: tuple[Tensor, ...] | None, rows: Tensor) -> tuple[Tensor, ...
     return tuple(tensor.index_select(0, rows) for tensor in tensors)
 
 
-# %% book/translating.md:51 (cell 4)
+# %% book/translating.md:53 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's.
@@ -321,11 +321,29 @@ class SearchConfig:
                 f"{self.extra_length}"
             )
 
+    def recorded(self) -> dict:
+        """The settings a model's files keep: ``beam_size``, ``alpha`` and ``extra_length``
+        (``SearchConfig(**recorded)`` reads them back, with the default ``batch_size``)."""
+        return {
+            "beam_size": self.beam_size,
+            "alpha": self.alpha,
+            "extra_length": self.extra_length,
+        }
+
 
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:108 (cell 6)
+# %% book/translating.md:120 (cell 6)
+def model_search(model) -> SearchConfig:
+    """The search :func:`translate` runs when it is given none: ``model.search``, the model's
+    own (``load_pretrained`` and ``load_translator`` set it from the model's files), else §6.1's
+    ``SearchConfig()``."""
+    search = getattr(model, "search", None)  # a model built in code has none
+    return search if isinstance(search, SearchConfig) else SearchConfig()
+
+
+# %% book/translating.md:172 (cell 9)
 class SentenceGroupedDecoder(IncrementalDecoder):
     """:class:`IncrementalDecoder` with the encoder side (its keys and values, and the source
     mask) kept once per sentence, not once per row: a sentence's k beams read it in place, as k
@@ -367,7 +385,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
         self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
 
 
-# %% book/translating.md:197 (cell 10)
+# %% book/translating.md:261 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -385,7 +403,7 @@ def translate(
     progress: bool = False,
     decoder_state: Callable[..., DecoderState] = SentenceGroupedDecoder,
 ) -> list[str]:
-    """Translate ``sentences`` with ``search`` (default: §6.1's beam 4, α 0.6, input + 50).
+    """Translate ``sentences`` with ``search`` (default: the model's own, :func:`model_search`).
 
     ``tokenizer`` is the run's :class:`~transformer_lib.tokenizer.BPETokenizer`. The model stays
     on its device; the source is padded with ``model.config.pad_id``; the result is in the order
@@ -400,7 +418,8 @@ def translate(
         model: a :class:`~transformer_lib.model.Transformer`, or a model ``decoder_state`` drives.
         tokenizer: the tokenizer of the run that trained ``model``.
         sentences: the source sentences, detokenized text.
-        search: the search's settings; None: ``SearchConfig()``, the paper's.
+        search: the search's settings; None: :func:`model_search`, the model's own
+            (``model.search``), else §6.1's.
         progress: show a tqdm bar over the batches.
         decoder_state: the searches' state; default: ``SentenceGroupedDecoder``, keys and values
             cached, the encoder side's once per sentence.
@@ -414,7 +433,7 @@ def translate(
         >>> translate(model, tokenizer, ["Zwei Hunde spielen im Schnee."])
         ['Two dogs play in the snow.']
     """
-    search = search or SearchConfig()
+    search = search or model_search(model)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -463,6 +482,7 @@ __all__ = [
     "IncrementalDecoder",
     "SearchConfig",
     "GREEDY",
+    "model_search",
     "SentenceGroupedDecoder",
     "translate",
 ]

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from transformer_lib.decoding import SearchConfig, length_penalty
+from transformer_lib.decoding import SearchConfig, length_penalty, model_search
 from transformer_lib.errors import TransformerLibError
 
 INSTALL = "pip install 'transformer_lib[fast]' (or: pip install ctranslate2)"
@@ -156,8 +156,9 @@ def convert_to_ctranslate2(
 
 # %% book/inference_engine.md:265 (cell 8)
 class CTranslate2Translator:
-    """Our model run by CTranslate2: ``translate`` with the rules of the decoding chapter's
-    ``translate`` (same tokenizer, length limits and batching), and ``score``.
+    """Our model run by CTranslate2: ``translate`` by the rules of the library's ``translate``
+    (the model's own search by default, the same tokenizer, length limits and batching), and
+    ``score``.
 
     ``quantize="int8"`` runs 8-bit weights; ``threads`` (default: PyTorch's) CPU threads for one
     translation; ``device`` "cpu" or "cuda".
@@ -175,6 +176,7 @@ class CTranslate2Translator:
         if quantize not in QUANTIZE:
             raise EngineError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
         self.tokenizer, self.max_len = tokenizer, model.config.max_len
+        self.default_search = model_search(model)  # the model's own, as translate's default
         self.pieces = vocabulary(tokenizer)
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.compute_type = quantize or "float32"
@@ -227,10 +229,10 @@ class CTranslate2Translator:
     def translate(
         self, sentences: Sequence[str], search: SearchConfig | None = None, progress: bool = False
     ) -> list[str]:
-        """Translate ``sentences`` as the decoding chapter's ``translate`` does (default search:
-        §6.1's): empty lines stay empty, too long ones are cut with a warning, and sentences of
-        similar length are searched together, ``search.batch_size`` at a time."""
-        search = search or SearchConfig()
+        """Translate ``sentences`` as the library's ``translate`` does (default search: the
+        model's own): empty lines stay empty, too long ones are cut with a warning, and sentences
+        of similar length are searched together, ``search.batch_size`` at a time."""
+        search = search or self.default_search
         encoded = self.tokenizer.encode_batch(list(sentences))
         for number, ids in enumerate(encoded):
             if len(ids) + 1 > self.max_len:
@@ -264,7 +266,7 @@ class CTranslate2Translator:
         return [list(result.log_probs) for result in found]
 
 
-# %% book/inference_engine.md:376 (cell 9)
+# %% book/inference_engine.md:378 (cell 9)
 from collections.abc import Callable
 
 from transformer_lib.decoding import SentenceGroupedDecoder, translate
@@ -291,7 +293,7 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-# %% book/inference_engine.md:897 (cell 31)
+# %% book/inference_engine.md:901 (cell 31)
 import torch.nn.functional as F
 from torch import Tensor
 

@@ -316,10 +316,13 @@ def draw_runs_side_by_side(logs: dict, guessing: float | None = None) -> None:
     plt.show()
 
 
-# %% book/figures.md:1189 (cell 30)
-def draw_search_sweep(beams: Sequence[int], by_beam: list, alphas: Sequence[float], by_alpha: list):
-    """BLEU (left) and sentences per second (middle) against the beam size, and BLEU with the
-    mean output length against α (right); each point a dict with bleu, per_s and length."""
+# %% book/figures.md:1190 (cell 30)
+def draw_search_sweep(
+    beams: Sequence[int], by_beam: list, alphas: Sequence[float], by_alpha: list, alpha: float
+):
+    """BLEU (left) and sentences per second (middle) against the beam size at length penalty
+    ``alpha`` (the model's own), and BLEU with the mean output length against α at beam 4
+    (right), ``alpha`` and §6.1's 0.6 marked; each point a dict with bleu, per_s and length."""
     plt = _pyplot()
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 3.5))
     for ax, key, label, colour in [
@@ -329,8 +332,11 @@ def draw_search_sweep(beams: Sequence[int], by_beam: list, alphas: Sequence[floa
         ax.plot(beams, [p[key] for p in by_beam], "o-", color=colour)
         ax.set_xscale("log", base=2)
         ax.set_xticks(beams, [str(b) for b in beams])
-        ax.set(xlabel="beam size (α = 0.6)", ylabel=label)
+        ax.set(xlabel=f"beam size (α = {alpha}, the model's)", ylabel=label)
     right.plot(alphas, [p["bleu"] for p in by_alpha], "o-", label="BLEU")
+    for at, style, name in [(0.6, ":", "§6.1's α"), (alpha, "--", "the model's α")]:
+        right.axvline(at, color="grey", ls=style, lw=0.9, label=name)
+    right.legend(fontsize=8, loc="lower right")
     twin = right.twinx()
     twin.plot(alphas, [p["length"] for p in by_alpha], "s--", color="C2", label="length")
     right.set(xlabel="length penalty α (beam 4)", ylabel="BLEU, first 300 sentences")
@@ -339,7 +345,7 @@ def draw_search_sweep(beams: Sequence[int], by_beam: list, alphas: Sequence[floa
     plt.show()
 
 
-# %% book/figures.md:1217 (cell 32)
+# %% book/figures.md:1224 (cell 32)
 def draw_route(n_words: int, S: int, d_model: int, n_layers: int, V: int) -> None:
     """The route of one sentence of ``n_words`` words (``S`` pieces with </s>) through a model
     of width ``d_model`` with ``n_layers`` layers a stack and ``V`` target pieces: the encoder,
@@ -405,7 +411,7 @@ def draw_bars(labels: Sequence[str], series: dict, ylabel: str) -> None:
     plt.show()
 
 
-# %% book/figures.md:1287 (cell 34)
+# %% book/figures.md:1294 (cell 34)
 def draw_bleu_against_minutes(curves: dict, xlabel: str) -> None:
     """Greedy validation BLEU against minutes: ``curves`` maps a label to (minutes, BLEU)."""
     plt = _pyplot()

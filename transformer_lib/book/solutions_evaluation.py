@@ -136,7 +136,7 @@ from transformer_lib.decoding import GREEDY, greedy_search, translate
 from transformer_lib.inspection import attention_maps
 
 
-# %% book/solutions.md:834 (cell 58)
+# %% book/solutions.md:835 (cell 58)
 def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
     """The walkthrough, exercise 1: the second test sentence of 8 to 14 words, through the
     chapter's ``greedy_steps`` and ``beam_steps``, checked against translate."""
@@ -147,16 +147,18 @@ def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
         best, _, _ = beam_steps(src)
     outputs = [tokenizer.decode(greedy_ids), tokenizer.decode(best[0])]
     assert outputs[0] == translate(model, tokenizer, [other], GREEDY)[0]
-    assert outputs[1] == translate(model, tokenizer, [other], SearchConfig(beam_size=4))[0]
+    assert outputs[1] == translate(model, tokenizer, [other])[0]  # the model's own search
     pieces = " ".join(tokenizer.tokenizer.decode([i]) for i in src[0].tolist())
-    return f"{other}\npieces:{pieces}\ngreedy: {outputs[0]}\nbeam 4: {outputs[1]}"
+    beam = f"beam {model.search.beam_size}, alpha {model.search.alpha}"
+    return f"{other}\npieces:{pieces}\ngreedy: {outputs[0]}\n{beam}: {outputs[1]}"
 
 
-# %% book/solutions.md:857 (cell 60)
+# %% book/solutions.md:859 (cell 60)
 def alpha_in_the_loop(model, tokenizer, sentence: str, src, beam_steps) -> str:
-    """The walkthrough, exercise 2: the chapter's ``beam_steps`` at α = 0, 0.6 and 1.5."""
+    """The walkthrough, exercise 2: the chapter's ``beam_steps`` at α = 0, §6.1's 0.6 and the
+    model's own."""
     runs, lines = {}, []
-    for alpha in (0.0, 0.6, 1.5):
+    for alpha in sorted({0.0, 0.6, model.search.alpha}):
         with torch.inference_mode():
             runs[alpha] = beam_steps(src, alpha=alpha)
         (tokens, _, _, _), finished, _ = runs[alpha]
@@ -168,13 +170,14 @@ def alpha_in_the_loop(model, tokenizer, sentence: str, src, beam_steps) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:880 (cell 62)
+# %% book/solutions.md:883 (cell 62)
 def where_greedy_and_beam_part(model, src, greedy_ids, best_tokens, greedy_table, piece) -> str:
     """The walkthrough, exercise 3: the first output position where the two searches differ."""
     limit = torch.tensor([min(src.shape[1] + 50, model.config.max_len)])
     with torch.inference_mode():
         greedy = greedy_search(IncrementalDecoder(model, src), BOS_ID, EOS_ID, limit)[0]
-        beam = beam_search(IncrementalDecoder(model, src), BOS_ID, EOS_ID, limit, 4, 0.6)[0]
+        alpha = model.search.alpha  # the chapter's beam search is the model's own
+        beam = beam_search(IncrementalDecoder(model, src), BOS_ID, EOS_ID, limit, 4, alpha)[0]
     assert greedy == greedy_ids and beam.tokens == best_tokens
     pairs = list(zip(greedy + [EOS_ID], beam.tokens + [EOS_ID], strict=False))  # the shorter
     split = next((t for t, (g, b) in enumerate(pairs) if g != b), None)
@@ -189,7 +192,7 @@ def where_greedy_and_beam_part(model, src, greedy_ids, best_tokens, greedy_table
     )
 
 
-# %% book/solutions.md:908 (cell 64)
+# %% book/solutions.md:912 (cell 64)
 def mean_entropy(weights: torch.Tensor) -> torch.Tensor:
     """(..., L_q, L_k) weights -> (...,) the entropy of a row in nats, averaged over the rows."""
     return torch.distributions.Categorical(probs=weights).entropy().mean(-1)
@@ -213,7 +216,7 @@ def attention_entropy_by_layer(model, src, greedy_ids, weights, entropy) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:935 (cell 66)
+# %% book/solutions.md:939 (cell 66)
 import numpy as np
 import sacrebleu
 
@@ -230,7 +233,7 @@ def _references(report: dict, split: str) -> list[str]:
     return [tgt for _, tgt in load_multi30k(split, bleu["src"], bleu["tgt"])][: entry["sentences"]]
 
 
-# %% book/solutions.md:958 (cell 68)
+# %% book/solutions.md:962 (cell 68)
 def every_score_recomputed(reports: dict) -> str:
     """The real run, exercise 1: chrF and lowercased BLEU of every report, recomputed."""
     for report in reports.values():
@@ -244,7 +247,7 @@ def every_score_recomputed(reports: dict) -> str:
     return "chrF and lowercased BLEU agree with sacreBLEU for every run and test set"
 
 
-# %% book/solutions.md:979 (cell 70)
+# %% book/solutions.md:983 (cell 70)
 def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     """The real run, exercise 2: the 95% half-width of BLEU by the bootstrap, against sacreBLEU."""
     entry, metric = report["bleu"]["splits"][split], sacrebleu.BLEU()
@@ -269,7 +272,7 @@ def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     return f"BLEU {entry['bleu']:.1f} ± {ours:.2f} (our bootstrap), ± {theirs:.2f} (sacreBLEU's)"
 
 
-# %% book/solutions.md:1012 (cell 72)
+# %% book/solutions.md:1016 (cell 72)
 def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
     """The real run, exercise 3: length ratio, brevity penalty and BLEU of the averaged ci
     model (German to English) at α = 0, 0.6 and 1.2; ``folder`` receives the average."""

@@ -21,7 +21,7 @@ from transformer_lib.export import (
     export_graphs,
     quantize_graph,
 )
-from transformer_lib.pretrained import evaluated_alpha, load_pretrained, verify_model_folder
+from transformer_lib.pretrained import load_pretrained, verify_model_folder
 from transformer_lib.provenance import atomic_folder, write_json
 from transformer_lib.tokenizer import BOS_ID, EOS_ID
 
@@ -95,7 +95,7 @@ def export_model_folder(
             "pad_id": c.pad_id,
             "bos_id": BOS_ID,
             "eos_id": EOS_ID,
-            "alpha": evaluated_alpha(folder),  # the page's beam searches as the report did
+            "alpha": model.search.alpha,  # the page's beam search is the model's own
             "bytes": {name: (staging / name).stat().st_size for name in files},
             "model_sha256": sha256,
             "versions": _tool_versions(),
