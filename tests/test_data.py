@@ -17,7 +17,15 @@ from hypothesis import strategies as st
 
 from transformer_lib import data
 from transformer_lib.attention import padding_mask, subsequent_mask
-from transformer_lib.batching import Batch, BatchesByLength, collate, encode_pairs, make_batches
+from transformer_lib.batching import (
+    Batch,
+    BatchesByLength,
+    collate,
+    encode_pairs,
+    make_batches,
+    plan_batches,
+    plan_shared_batches,
+)
 from transformer_lib.data import (
     MULTI30K_SHA256,
     ChecksumError,
@@ -330,6 +338,18 @@ def test_every_pair_once_per_epoch_across_ranks_in_equal_shares(world_size, n):
         assert len({len(share) for share in shares}) == 1, [len(s) for s in shares]
         seen = [i for share in shares for i in pair_indices(share)]
         assert sorted(seen) == list(range(n))
+
+
+@pytest.mark.parametrize("by_length", [True, False])
+def test_one_process_shares_the_plan_of_plan_batches(by_length):
+    """plan_shared_batches for one process is the data chapter's plan_batches, and
+    plan_batches with by_length is fill_batches' batches, shuffled: the same pairs."""
+    lengths = [(len(s) + 1, len(t) + 1) for s, t in numbered_pairs(333, seed=3)]
+    for epoch in (0, 1):
+        alone = plan_batches(lengths, 200, 5, epoch)
+        assert plan_shared_batches(lengths, 200, 5, epoch, world_size=1) == alone
+        unsorted = plan_batches(lengths, 200, 5, epoch, by_length=by_length)
+        assert sorted(i for b in unsorted for i in b) == list(range(len(lengths)))
 
 
 def test_no_batch_exceeds_the_budget_and_batches_are_full():

@@ -16,7 +16,7 @@ import pytest
 import sacrebleu
 import torch
 import torch.nn.functional as F
-from toy_seq2seq import ToyModel, toy_batches
+from toy_seq2seq import PAD, ToyModel, toy_batches
 
 from transformer_lib import recipe, training
 from transformer_lib.checkpoints import (
@@ -598,6 +598,30 @@ def test_accumulation_equals_one_big_batch(tmp_path):
         results.append(model.state_dict())
     for name in results[0]:
         assert torch.allclose(results[0][name], results[1][name], rtol=0, atol=1e-12), name
+
+
+def test_the_distributed_update_is_the_update_on_one_process_bit_for_bit():
+    """On one process, the update that train makes (distributed_update_step) is the training
+    chapter's update_step: the same weights, optimizer state and sums, bit for bit, with dropout,
+    smoothing, clipping and accumulation over batches of different sizes."""
+    results = []
+    for step in (training.update_step, training.distributed_update_step):
+        torch.manual_seed(0)
+        model = ToyModel(dropout=0.1)
+        optimizer, scheduler = make_optimizer(model, model.d_model, warmup_steps=2)
+        config = TrainingConfig(clip_grad_norm=0.5)
+        sums = [
+            step(model, toy_batches(epoch), optimizer, scheduler, config, pad_id=PAD)
+            for epoch in range(4)
+        ]
+        results.append((model.state_dict(), optimizer.state_dict()["state"], sums))
+    (weights, moments, sums), (other_weights, other_moments, other_sums) = results
+    assert sums == other_sums
+    for name in weights:
+        assert torch.equal(weights[name], other_weights[name]), name
+    for index, state in moments.items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(state[key], other_moments[index][key]), (index, key)
 
 
 @pytest.mark.slow

@@ -71,25 +71,20 @@ def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
     return Batch(src_t, tgt_in_t, tgt_out_t, padding_mask(src_t, PAD_ID), tgt_mask)
 
 
-# %% book/data.md:459 (cell 31)
-def plan_batches(
+# %% book/data.md:449 (cell 31)
+def fill_batches(
     lengths: Sequence[tuple[int, int]],
     max_tokens: int,
-    seed: int = 0,
-    epoch: int = 0,
-    world_size: int = 1,
+    rng: np.random.Generator,
     by_length: bool = True,
 ) -> list[list[int]]:
-    """The pair indices of every batch of one epoch, all processes' batches in turn (§5.1).
+    """The pair indices of every batch of one epoch, in the order they were filled (§5.1).
 
     ``lengths`` holds each pair's padded lengths ``(S_i, T_i)`` (with ``</s>`` / ``<s>``). A
     batch's padded tensors stay within the budget: ``B * max S_i <= max_tokens`` and
-    ``B * max T_i <= max_tokens``. The count is a multiple of ``world_size``, and process ``r``
-    takes batches ``r, r + world_size, ...``. ``by_length=False`` fills batches in random order
-    (for comparison only). A pure function of its arguments.
+    ``B * max T_i <= max_tokens``. ``rng`` breaks the ties of the sort; ``by_length=False`` fills
+    batches in random order instead (for comparison only).
     """
-    check_plan(lengths, max_tokens, world_size)  # refuses what cannot be planned, saying why
-    rng = np.random.default_rng([seed, epoch])
     n_src = np.array([s for s, _ in lengths], dtype=np.int64)
     n_tgt = np.array([t for _, t in lengths], dtype=np.int64)
     ties = rng.random(len(lengths))
@@ -111,20 +106,30 @@ def plan_batches(
         widest_src, widest_tgt = src_width, tgt_width
     if current:
         batches.append(current)
+    return batches
 
-    # Equal shares for every process: split the largest batches until the count divides evenly.
-    while len(batches) % world_size:
-        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
-        batch = batches.pop(largest)
-        half = len(batch) // 2
-        batches[largest:largest] = [batch[:half], batch[half:]]
+
+def plan_batches(
+    lengths: Sequence[tuple[int, int]],
+    max_tokens: int,
+    seed: int = 0,
+    epoch: int = 0,
+    by_length: bool = True,
+) -> list[list[int]]:
+    """The pair indices of every batch of one epoch, filled by length and shuffled (§5.1).
+
+    The batches of :func:`fill_batches`, in random order. A pure function of its arguments.
+    """
+    check_plan(lengths, max_tokens)  # refuses what cannot be planned, saying why
+    rng = np.random.default_rng([seed, epoch])
+    batches = fill_batches(lengths, max_tokens, rng, by_length)
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:606 (cell 24)
-def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int) -> None:
-    """Refuse what plan_batches cannot plan: no process, fewer pairs than processes, or a pair
-    longer than the budget on either side (named, with what to do)."""
+# %% book/data_pipeline.md:623 (cell 24)
+def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int = 1) -> None:
+    """Refuse what plan_batches cannot plan: a pair longer than the budget on either side
+    (named, with what to do); for plan_shared_batches, no process or fewer pairs than processes."""
     if world_size < 1:
         raise DataError(f"world_size must be at least 1, got {world_size}")
     if len(lengths) < world_size:
@@ -138,6 +143,28 @@ def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: 
                 f"than max_tokens={max_tokens}: raise max_tokens or drop long pairs with "
                 "encode_pairs(..., max_len=...)"
             )
+
+
+def plan_shared_batches(
+    lengths: Sequence[tuple[int, int]],
+    max_tokens: int,
+    seed: int = 0,
+    epoch: int = 0,
+    world_size: int = 1,
+) -> list[list[int]]:
+    """:func:`plan_batches` for ``world_size`` processes (§5.2): the count of batches a multiple
+    of ``world_size``, so that process ``r`` takes batches ``r, r + world_size, ...``. A pure
+    function of its arguments; for one process, the batches of :func:`plan_batches`."""
+    check_plan(lengths, max_tokens, world_size)  # refuses what cannot be planned, saying why
+    rng = np.random.default_rng([seed, epoch])
+    batches = fill_batches(lengths, max_tokens, rng)
+    # Equal shares for every process: split the largest batches until the count divides evenly.
+    while len(batches) % world_size:
+        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+        batch = batches.pop(largest)
+        half = len(batch) // 2
+        batches[largest:largest] = [batch[:half], batch[half:]]
+    return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
 def make_batches(
@@ -178,7 +205,7 @@ def make_batches(
     if not 0 <= rank < world_size:
         raise DataError(f"rank must be in [0, {world_size}), got {rank}")
     lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
-    plan = plan_batches(lengths, max_tokens, seed, epoch, world_size)
+    plan = plan_shared_batches(lengths, max_tokens, seed, epoch, world_size)
     return [collate([pairs[i] for i in batch]) for batch in plan[rank::world_size]]
 
 
@@ -218,8 +245,10 @@ class BatchesByLength:
 __all__ = [
     "Batch",
     "collate",
+    "fill_batches",
     "plan_batches",
     "check_plan",
+    "plan_shared_batches",
     "make_batches",
     "encode_pairs",
     "BatchesByLength",
