@@ -220,7 +220,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:591 (cell 23)
+# %% book/command_line.md:592 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -348,7 +348,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:758 (cell 27)
+# %% book/command_line.md:759 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
