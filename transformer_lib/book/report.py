@@ -325,7 +325,7 @@ def read_report(folder: Path) -> dict:
     return report
 
 
-# %% book/profiles.md:100 (cell 4)
+# %% book/profiles.md:97 (cell 3)
 # The book's targets: the cased BLEU on test_2016_flickr that each profile's run set out to reach,
 # by (profile, source, target language); the chapter "The real run" sets them beside the anchors.
 TARGETS = {
@@ -369,7 +369,9 @@ def seed_summary(pair: str, runs: dict[int, dict], split: str = "test_2016_flick
     how many, and from two on the mean and range of their BLEU; under three, that they are too
     few for a spread."""
     scores = [run["splits"][split]["bleu"] for run in runs.values()]
-    direction, mean = pair.replace("-", " → "), statistics.fmean(scores)
+    names = {"de": "German", "en": "English"}
+    direction = " → ".join(names.get(language, language) for language in pair.split("-"))
+    mean = statistics.fmean(scores)
     if len(scores) == 1:
         return f"in {direction} only the recorded seed exists so far"
     few = ", too few yet to call that the spread" if len(scores) < 3 else ""
