@@ -7,7 +7,7 @@
 
 from collections.abc import Sequence
 
-from transformer_lib.decoding import length_penalty
+from transformer_lib.decoding import SearchConfig, length_penalty
 from transformer_lib.tokenizer import EOS_ID, SPECIAL_TOKENS, BPETokenizer
 
 
@@ -93,7 +93,7 @@ def beam_table(tokenizer: BPETokenizer, steps: list, finished: list, alpha: floa
     return markdown(lines)
 
 
-# %% book/figures.md:1663 (cell 42)
+# %% book/figures.md:1664 (cell 42)
 import torch
 
 from transformer_lib.model import Transformer, TransformerConfig
@@ -138,6 +138,32 @@ def runs_table(reports: dict, splits: Sequence[str]):
     return markdown(lines)
 
 
+def headline_table(reports: Sequence[dict], at_paper_alpha: dict, anchors: dict, where: dict):
+    """The recorded runs' result on test_2016_flickr, one row a run (German → English first, the
+    `laptop` run before the `full` one): where it trained (``where``: profile -> words) and its
+    folder, its minutes and updates, the length penalty α it was scored with, its cased BLEU, its
+    cased BLEU at §6.1's α (a run scored with another α takes it from ``at_paper_alpha``, its
+    bleu.json at §6.1's α by (src, tgt)), its lowercased BLEU, and the published result of its
+    direction (``anchors``: (src, tgt) -> (BLEU, address, what it measured))."""
+    paper_alpha = SearchConfig.alpha
+    lines = ["| direction | run | trained | α | BLEU | at α = 0.6 | lowercased | anchor |"]
+    lines.append("|---" * 8 + "|")
+    for report in sorted(reports, key=lambda r: (r["bleu"]["src"], run_profile(r) == "full")):
+        bleu, training, name = report["bleu"], report["manifest"]["training"], run_profile(report)
+        src, tgt, test = bleu["src"], bleu["tgt"], bleu["splits"]["test_2016_flickr"]
+        paper = bleu if bleu["alpha"] == paper_alpha else at_paper_alpha[src, tgt]
+        assert paper["alpha"] == paper_alpha and paper["averaged_steps"] == bleu["averaged_steps"]
+        score, address, what = anchors[src, tgt]
+        lines.append(
+            f"| {src}→{tgt} | `{name}` ({where[name]}): `results/{report['folder'].name}/` | "
+            f"{training['elapsed_s'] / 60:.0f} min, {training['steps']:,} updates | "
+            f"{bleu['alpha']:g}, {'§6.1' if paper is bleu else 'the profile'}'s | "
+            f"{test['bleu']:.2f} | {paper['splits']['test_2016_flickr']['bleu']:.2f} | "
+            f"{test['lowercase']['bleu']:.2f} | [{score}]({address}): {what} |"
+        )
+    return markdown(lines)
+
+
 def change(changes: dict) -> str:
     """A search candidate's changes to the starting point, as text."""
     parts = [
@@ -158,7 +184,7 @@ def search_table(rungs: list[dict], candidates: dict):
     return markdown(lines)
 
 
-# %% book/figures.md:1735 (cell 44)
+# %% book/figures.md:1762 (cell 44)
 import ast
 from pathlib import Path
 
@@ -204,6 +230,7 @@ __all__ = [
     "run_label",
     "run_parameters",
     "runs_table",
+    "headline_table",
     "change",
     "search_table",
     "is_a_test",
