@@ -369,7 +369,9 @@ def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
             "--sentences", "6", "--rounds", "1", "--batch-sizes", "3", "--threads", "2",
             "--no-memory", "--no-goals", "--out", str(tmp_path),
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        # A guard against a hang, not a timing: about three minutes alone on two cores, and the
+        # tests run chapters beside it.
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     saved = json.loads((tmp_path / "ctranslate2.json").read_text())
