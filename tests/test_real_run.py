@@ -24,6 +24,8 @@ from transformer_lib.training import TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = sorted((ROOT / "results").glob("multi30k-*"))
+SEEDS = sorted((ROOT / "results").glob("laptop-seeds/*-seed_*"))  # tools/laptop_seeds.sh
+REPORT_JSON = ("config", "manifest", "bleu")
 
 # ---------------------------------------------------------------- training stops at a time limit
 
@@ -325,3 +327,16 @@ def test_what_no_script_wrote_is_marked(folder):
         if set(entry) - SCRIPT_FIELDS:
             assert entry.get("written_by_hand") is True, f"command_log[{index}]: mark it"
             assert any(edit["what"] == f"command_log[{index}]" for edit in edits), index
+
+
+@pytest.mark.parametrize("folder", SEEDS, ids=[folder.name for folder in SEEDS])
+def test_the_other_seeds_are_the_laptop_recipe_and_agree_with_sacrebleu(folder):
+    # Their models stay in the runs' folders, so the report is read file by file.
+    report = {name: json.loads((folder / f"{name}.json").read_text()) for name in REPORT_JSON}
+    assert bleu_problems(folder) == []
+    seed = int(folder.name.rpartition("seed_")[2])
+    training = report["config"]["training"]
+    assert seed != 0 and training["seed"] == seed, "another seed than the recorded run's"
+    assert training["max_steps"] == report["manifest"]["training"]["steps"]
+    assert report["manifest"]["training"]["steps"] == PROFILES["laptop"].training.max_steps
+    assert report["bleu"]["alpha"] == PROFILES["laptop"].alpha
