@@ -28,7 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 HIDING_TAGS = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 VISIBLE_LIMIT = 0.45  # Part I's largest share of visible code
-ALL_CODE_LIMIT = 0.60  # Part I's largest share of code, collapsed cells counted
+ALL_CODE_LIMIT = 0.55  # Part I's largest share of code, collapsed cells counted
 # Part I chapters the limits do not hold for yet, each with the reason.
 EXCEPTIONS: dict[str, str] = {}
 

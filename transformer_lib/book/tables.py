@@ -39,6 +39,31 @@ def piece_table(tokenizer: BPETokenizer, ids: Sequence[int]):
     return markdown(lines)
 
 
+def position_table(pieces: Sequence[str], columns: dict, rows: int | None = None):
+    """Numbers by position: one row a position and its piece, one column each named series of
+    ``columns`` (tensors or lists, two decimals); only the first ``rows`` positions when given."""
+    names = list(columns)
+    lines = [f"| position | piece | {' | '.join(names)} |", "|---:|---|" + "---:|" * len(names)]
+    for n, name in enumerate(pieces[:rows]):
+        values = " | ".join(f"{float(columns[column][n]):.2f}" for column in names)
+        lines.append(f"| {n} | {code(name)} | {values} |")
+    return markdown(lines)
+
+
+def vocabulary_table(sweep: Sequence[dict]):
+    """The data chapter's vocabulary sweep (``corpus.vocabulary_sweep``), one row a size."""
+    lines = [
+        "| symbols | tokens per training sentence | validation words whole | symbols seen < 10× |",
+        "|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['size']:,} | {r['tokens_per_sentence']:.2f} | {r['whole_words']:.1%} "
+        f"| {r['rare']:.1%} |"
+        for r in sweep
+    ]
+    return markdown(lines)
+
+
 def shown(n: int, head: int, tail: int, also: set[int] = frozenset()) -> list[int | str]:
     """The steps (0-based) a table of n steps shows: the first ``head``, the last ``tail`` and
     those in ``also``, with a note in place of each run of two or more steps left out."""
@@ -93,7 +118,7 @@ def beam_table(tokenizer: BPETokenizer, steps: list, finished: list, alpha: floa
     return markdown(lines)
 
 
-# %% book/figures.md:1664 (cell 42)
+# %% book/figures.md:1689 (cell 42)
 import torch
 
 from transformer_lib.model import Transformer, TransformerConfig
@@ -184,7 +209,7 @@ def search_table(rungs: list[dict], candidates: dict):
     return markdown(lines)
 
 
-# %% book/figures.md:1762 (cell 44)
+# %% book/figures.md:1787 (cell 44)
 import ast
 from pathlib import Path
 
@@ -223,6 +248,8 @@ __all__ = [
     "piece",
     "code",
     "piece_table",
+    "position_table",
+    "vocabulary_table",
     "shown",
     "greedy_table",
     "beam_table",
