@@ -160,6 +160,17 @@ def test_the_peer_computes_our_function():
     assert peers.largest_difference(ours, theirs, batch) > 1e-3
 
 
+def test_a_peer_that_computes_another_function_stops_the_benchmark():
+    """train_step checks the candidates before it times any: a peer whose logits differ from
+    ours by more than 1e-3 ends the run, naming it, rather than being timed on other work."""
+    _, ours, theirs, batch = small_models()
+    models, cpu = {"ours": ours, "nn.Transformer": theirs}, torch.device("cpu")
+    assert train_step.check_same_functions(models, batch, cpu) < 1e-4
+    theirs.stacks.decoder.layers[0].linear1.bias.data += 0.1
+    with pytest.raises(AssertionError, match="nn.Transformer differs from ours by"):
+        train_step.check_same_functions(models, batch, cpu)
+
+
 @pytest.mark.parametrize("switch", ["separate_projections", "written_out"])
 def test_variants_compute_our_function(switch):
     _, ours, _, batch = small_models()

@@ -252,3 +252,26 @@ def test_products_it_cannot_give_are_refused(tmp_path, products, device):
     with pytest.raises(ValueError, match=f"products={products!r} on {device}"):
         train(model, toy_batches, TrainingConfig(max_steps=1, products=products),
               tmp_path / "run", d_model=8, pad_id=0, device=device, progress=False)  # fmt: skip
+
+
+def test_a_pytorch_without_onednn_is_refused_in_one_sentence(tmp_path, monkeypatch):
+    """A build of PyTorch without oneDNN (torch.backends.mkldnn.is_available() False): the
+    products, the decoder and a training run that ask for it each refuse in one sentence, and
+    the run writes nothing."""
+    from toy_seq2seq import ToyModel, toy_batches
+
+    from transformer_lib.onednn import OneDNNError, OneDNNProducts, require_onednn
+    from transformer_lib.training import TrainingConfig, train
+
+    require_onednn()  # this build has it
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    with pytest.raises(OneDNNError, match="this PyTorch build has no oneDNN") as refused:
+        require_onednn()
+    assert "\n" not in str(refused.value) and "use PyTorch's own products" in str(refused.value)
+    for start in (OneDNNProducts, lambda: OneDNNDecoder(seeded_model(), padded_sources())):
+        with pytest.raises(OneDNNError, match="no oneDNN"):
+            start()
+    with pytest.raises(OneDNNError, match="no oneDNN"):
+        train(ToyModel(), toy_batches, TrainingConfig(max_steps=1, products="onednn"),
+              tmp_path / "run", d_model=8, pad_id=0, device="cpu", progress=False)  # fmt: skip
+    assert not (tmp_path / "run").exists()

@@ -16,7 +16,7 @@ import torch
 from toy_seq2seq import ToyModel, toy_batches
 
 from transformer_lib import training
-from transformer_lib.book.report import REPORT_FILES, TEST_SPLITS, read_report
+from transformer_lib.book.report import REPORT_FILES, TEST_SPLITS, ReportError, read_report
 from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.data import multi30k_file
 from transformer_lib.recipe import PROFILES
@@ -242,6 +242,39 @@ def test_usage_errors_are_one_line_and_status_2(tmp_path, options, message):
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "w").exists()  # refused before anything was written
+
+
+# ---------------------------------------------------------------- a report read back
+
+
+def smallest_report(folder: Path) -> Path:
+    """The smallest folder read_report accepts: every file of REPORT_FILES, and one split of two
+    translations."""
+    folder.mkdir()
+    for name in REPORT_FILES:
+        (folder / name).write_text("{}\n")
+    (folder / "metrics.jsonl").write_text('{"kind": "train"}\n')
+    (folder / "samples.md").write_text("# Sample translations\n")
+    entry = {"hypotheses": "hyp.test_2016_flickr.en.txt", "sentences": 2}
+    (folder / "bleu.json").write_text(json.dumps({"splits": {"test_2016_flickr": entry}}))
+    (folder / entry["hypotheses"]).write_text("A dog runs.\nTwo cats sleep.\n")
+    return folder
+
+
+def test_an_incomplete_report_is_refused_naming_what_is_missing(tmp_path):
+    folder = smallest_report(tmp_path / "report")
+    lines = read_report(folder)["hypotheses"]["test_2016_flickr"]
+    assert lines == ["A dog runs.", "Two cats sleep."]
+    hypotheses = folder / "hyp.test_2016_flickr.en.txt"
+    hypotheses.write_text("A dog runs.\n")  # cut short: fewer lines than bleu.json scored
+    with pytest.raises(ReportError, match="has 1 lines and bleu.json scored 2"):
+        read_report(folder)
+    hypotheses.unlink()
+    with pytest.raises(ReportError, match=r"hyp\.test_2016_flickr\.en\.txt, which is missing"):
+        read_report(folder)
+    (folder / "samples.md").unlink()
+    with pytest.raises(ReportError, match=r"is not a complete report: samples\.md missing"):
+        read_report(folder)
 
 
 # ---------------------------------------------------------------- bleu.json against sacreBLEU
