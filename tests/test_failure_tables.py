@@ -10,7 +10,16 @@ import pytest
 from transformer_lib.book.tables import failure_table, is_a_test
 
 ROOT = Path(__file__).resolve().parent.parent
-PART_II = ["data_pipeline", "training_loop", "checkpoints", "distributed"]
+PART_II = [
+    "data_pipeline",
+    "training_loop",
+    "checkpoints",
+    "distributed",
+    "export",
+    "sweep",
+    "command_line",
+    "profiles",
+]
 NAMED = re.compile(r"tests/test_\w+\.py::\w+")
 
 
