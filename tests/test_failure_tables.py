@@ -19,6 +19,10 @@ PART_II = [
     "runs",
     "performance",
     "inference_engine",
+    "export",
+    "sweep",
+    "command_line",
+    "profiles",
 ]
 NAMED = re.compile(r"tests/test_\w+\.py::\w+")
 

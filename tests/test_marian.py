@@ -1,6 +1,7 @@
 """Our models as Hugging Face MarianMT folders (book/export.md): ``transformers`` loads them with
 its Auto classes and computes the same function; greedy ``generate`` writes our translations;
-shapes MarianMT cannot hold are refused in one sentence."""
+shapes MarianMT cannot hold, and an export without ``transformers`` installed, are refused in one
+sentence."""
 
 import dataclasses
 import subprocess
@@ -12,11 +13,12 @@ import torch
 from helpers import require_multi30k
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from transformer_lib import cli
 from transformer_lib.data import load_multi30k
 from transformer_lib.decoding import SearchConfig, translate
 from transformer_lib.marian import MarianError, save_huggingface, sines_first
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.pretrained import load_pretrained
+from transformer_lib.pretrained import load_pretrained, save_pretrained
 from transformer_lib.tokenizer import BPETokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +88,25 @@ def test_shapes_marian_cannot_hold_are_refused_in_one_sentence(tokenizer, tmp_pa
     with pytest.raises(MarianError, match=words) as error:
         save_huggingface(small_model(tokenizer, **changes), tokenizer, tmp_path / "hf")
     assert "\n" not in str(error.value)
+    assert not (tmp_path / "hf").exists()
+
+
+def test_without_transformers_the_export_says_how_to_install_it(
+    tokenizer, tmp_path, monkeypatch, capsys
+):
+    """The package is an optional extra: without it, the function and the command each end in
+    one sentence that says how to install it, and nothing is written."""
+    model = small_model(tokenizer)
+    run = {"run": {"data": "multi30k", "src": "de", "tgt": "en", "profile": "test"}}
+    save_pretrained(model, tokenizer, run, tmp_path / "model")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
+    with pytest.raises(MarianError, match=r"pip install 'transformer_lib\[hf\]'"):
+        save_huggingface(model, tokenizer, tmp_path / "hf")
+    command = ["export", "--format", "hf", "--model", str(tmp_path / "model")]
+    assert cli.main([*command, "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert "needs the transformers package" in err
     assert not (tmp_path / "hf").exists()
 
 

@@ -219,6 +219,10 @@ def test_search_options_reach_the_report(tiny_report, tmp_path):
     "options, message",
     [
         (["--results", "results/multi30k-de-en"], "reserved for complete runs"),
+        (  # another seed's run of a recorded profile belongs beside the recorded one, not in it
+            ["--results", "results/multi30k-de-en-laptop", "--profile", "laptop", "--seed", "1"],
+            "reserved for complete runs",
+        ),
         (
             ["--results", "results/multi30k-de-en", "--profile", "laptop", "--beam", "2"],
             "evaluated as the recipe does",
