@@ -1,21 +1,28 @@
-"""Time our PyTorch decoder against CTranslate2 on the same weights, in one run: a Multi30k test
-set translated by each, with beam 4 (α = 0.6) and greedy search; sentences per second, BLEU and
-peak memory of each, printed as ratios against CTranslate2 float32.
+"""Time our PyTorch decoder against CTranslate2 and Hugging Face transformers on the same weights,
+in one run: a Multi30k test set translated by each, with beam 4 (at the model's own length
+penalty α) and greedy search; sentences per second, BLEU and peak memory of each, printed as
+ratios against CTranslate2 float32.
 
 The candidates, timed in turns round after round (``common.time_in_turns``):
 
-- ``ours``: ``transformer_lib.decoding.translate`` with its incremental decoder as it is now
-  (``SentenceGroupedDecoder``: the encoder side once per sentence);
+- ``translate, no options``: ``transformer_lib.decoding.translate(model, tokenizer, sentences)``
+  as a user calls it (greedy: with a beam of 1), the decoder it chooses for the weights
+  (``default_decoder_state``) and its default batch size; at beam 4 the run also checks its
+  translations against the model's committed hypotheses;
+- ``ours``: the same search with PyTorch's own kernels (``SentenceGroupedDecoder``: the encoder
+  side once per sentence), ``translate --engine pytorch``;
 - ``ours, oneDNN``: the same search with ``transformer_lib.engine.OneDNNDecoder`` (every product
   by oneDNN, a step's attention written out), ``translate --engine onednn``;
 - ``ours, cache per row``: the same search with the cache as it was before (the encoder output and
   the encoder-decoder keys and values copied for every beam at every step, with PyTorch's general
   indexing), the fixes' baseline, and ``ours, cache per row, index_select`` with the first fix;
-- ``CTranslate2 float32`` and ``CTranslate2 int8``: our model converted by ``transformer_lib.engine``.
+- ``CTranslate2 float32`` and ``CTranslate2 int8``: our model converted by ``transformer_lib.engine``;
+- ``transformers generate``: our model converted to a MarianMT folder (``transformer_lib.marian``)
+  and searched by ``generate`` with the folder's settings (its own length penalty, at beam 4).
 
-Each candidate gets its best batch size, chosen on the first sentences before the timed rounds.
-With more than one thread, the CTranslate2 candidates run in a process of their own, called in
-the same turns (``EngineProcess`` says why).
+Each candidate but the first gets its best batch size, chosen on the first sentences before the
+timed rounds. With more than one thread, the CTranslate2 candidates run in a process of their
+own, called in the same turns (``EngineProcess`` says why); transformers runs PyTorch, in ours.
 Besides the times it records where one batch's decoding time goes (a profile of the decoder's
 operations: matrix products, cache copies, the search's softmax and top-k, the other kernels,
 and the rest, Python and dispatch; for ``ours`` and ``ours, oneDNN``), the peak memory of each engine (each in a process of its own)
@@ -34,6 +41,7 @@ import multiprocessing
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,26 +52,30 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
+from transformer_lib.book.report import hypotheses_name
 from transformer_lib.data import load_multi30k
 from transformer_lib.decoding import (
     GREEDY,
     IncrementalDecoder,
     SearchConfig,
     SentenceGroupedDecoder,
+    model_search,
     translate,
 )
 from transformer_lib.engine import CTranslate2Translator, OneDNNDecoder, require_ctranslate2
 from transformer_lib.evaluation import average_checkpoints, corpus_scores
+from transformer_lib.marian import require_transformers, save_huggingface
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.pretrained import load_pretrained, model_folder, sha256
 from transformer_lib.recipe import cached_run
 from transformer_lib.tokenizer import VOCAB_SIZE, BPETokenizer
 
-SEARCHES = {"beam 4": SearchConfig(beam_size=4, alpha=0.6), "greedy": GREEDY}
 BATCH_SIZES = (32, 64, 128, 256, 512)
 PEER = "CTranslate2 float32"
+DEFAULT = "translate, no options"
 ONEDNN = "ours, oneDNN"
-GOAL = 1.3  # our time at most 1.3x CTranslate2 float32's
+HUGGING_FACE = "transformers generate"
+GOAL = 1.0  # translate with no options takes at most CTranslate2 float32's time
 INT8_BLEU_LOSS = 0.5  # int8 weights lose less BLEU than this
 # The profile's groups, by PyTorch operator (self time); everything else is "other kernels".
 GROUPS = {
@@ -106,6 +118,12 @@ class PerRowIndexSelect(PerRowDecoder):
         return tensor.index_select(0, rows)
 
 
+def searches(model) -> dict[str, SearchConfig]:
+    """Beam 4 at the model's own length penalty (``model_search``: a shipped model's report's α,
+    else §6.1's 0.6), as ``translate`` searches it with no options, and greedy search."""
+    return {"beam 4": SearchConfig(beam_size=4, alpha=model_search(model).alpha), "greedy": GREEDY}
+
+
 def ci_model() -> tuple[Transformer, BPETokenizer, str]:
     """The chapters' ``ci`` model (German to English), its last 5 checkpoints averaged (§6.1)
     as the decoding chapter averages them, its tokenizer, and the run's folder name."""
@@ -140,7 +158,10 @@ def engines(model, tokenizer, threads: int, apart: "EngineProcess | None" = None
     else:
         float32, int8 = apart.translator(PEER), apart.translator("CTranslate2 int8")
     return {
-        "ours": lambda sentences, search: translate(model, tokenizer, sentences, search),
+        DEFAULT: lambda sentences, search: translate(model, tokenizer, sentences, search),
+        "ours": lambda sentences, search: translate(
+            model, tokenizer, sentences, search, decoder_state=SentenceGroupedDecoder
+        ),
         ONEDNN: lambda sentences, search: translate(
             model, tokenizer, sentences, search, decoder_state=OneDNNDecoder
         ),
@@ -152,7 +173,40 @@ def engines(model, tokenizer, threads: int, apart: "EngineProcess | None" = None
         ),
         PEER: float32,
         "CTranslate2 int8": int8,
+        HUGGING_FACE: huggingface_translator(model, tokenizer),
     }
+
+
+def huggingface_translator(model, tokenizer) -> Callable:
+    """``generate`` of transformers on our model converted to a MarianMT folder, as a function
+    (sentences, search) -> translations: sentences sorted by length into batches (as ``translate``
+    sorts them), ``num_beams`` the search's beam, at most the source's length + the search's
+    extra tokens, every other setting the folder's (transformers' own length penalty)."""
+    require_transformers()
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    folder = save_huggingface(model, tokenizer, Path(tempfile.mkdtemp()) / "marian")
+    marian = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    marian_tokenizer = AutoTokenizer.from_pretrained(folder)
+
+    def translate_with_generate(sentences, search: SearchConfig) -> list[str]:
+        lengths = [len(ids) for ids in tokenizer.encode_batch(list(sentences))]
+        order = sorted(range(len(sentences)), key=lambda i: lengths[i], reverse=True)
+        found = [""] * len(sentences)
+        for start in range(0, len(order), search.batch_size):
+            rows = order[start : start + search.batch_size]
+            batch = marian_tokenizer(
+                [sentences[i] for i in rows], return_tensors="pt", padding=True
+            )
+            limit = batch.input_ids.shape[1] + search.extra_length
+            with torch.inference_mode():
+                ids = marian.generate(**batch, num_beams=search.beam_size, max_new_tokens=limit)
+            texts = marian_tokenizer.batch_decode(ids, skip_special_tokens=True)
+            for i, text in zip(rows, texts, strict=True):
+                found[i] = text
+        return found
+
+    return translate_with_generate
 
 
 class EngineProcess:
@@ -222,13 +276,24 @@ def best_batch_size(function, sources, search, sizes, clock=time.perf_counter):
 
 
 def measure_search(
-    candidates, sources, references, search, rounds, sizes, calibrate, clock=time.perf_counter
+    candidates,
+    sources,
+    references,
+    search,
+    rounds,
+    sizes,
+    calibrate,
+    clock=time.perf_counter,
+    outputs: dict | None = None,
 ) -> dict:
-    """Every candidate on ``sources`` with its best batch size, timed in turns (wall time, or
-    the process's CPU time with ``clock=time.process_time``)."""
-    chosen, outputs, calls = {}, {}, {}
+    """Every candidate on ``sources`` with its best batch size (``translate, no options`` with
+    the default one), timed in turns (wall time, or the process's CPU time with
+    ``clock=time.process_time``); ``outputs``, when given, receives each one's translations."""
+    chosen, calls = {}, {}
+    outputs = {} if outputs is None else outputs
     for name, function in candidates.items():
-        size, tried = best_batch_size(function, sources[:calibrate], search, sizes, clock)
+        tried = (SearchConfig().batch_size,) if name == DEFAULT else sizes
+        size, tried = best_batch_size(function, sources[:calibrate], search, tried, clock)
         chosen[name] = {"batch_size": size, "calibration_s": tried}
         config = with_batch_size(search, size)
 
@@ -301,28 +366,34 @@ def _status(field: str) -> float:
 
 
 def memory_child(args: argparse.Namespace) -> None:
-    """The ``--memory-of`` process: load, reset the peak, translate, print the peaks as JSON."""
+    """The ``--memory-of`` process: load the model and build the engine, reset the peak,
+    translate, print the peaks as JSON."""
     model, tokenizer, about = load(args)
     sources = [s for s, _ in load_multi30k("test_2016_flickr", about["src"], about["tgt"])]
     sources = sources[: args.sentences or None]
-    function = engines_for_memory(model, tokenizer, args.threads)[args.memory_of]
+    function = engines_for_memory(model, tokenizer, args.threads)[args.memory_of]()
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here
     loaded = _status("VmRSS")
-    function(sources, with_batch_size(SEARCHES["beam 4"], args.memory_batch))
+    function(sources, with_batch_size(searches(model)["beam 4"], args.memory_batch))
     peak = _status("VmHWM")
     print(json.dumps({"loaded_mib": loaded, "peak_mib": peak, "added_mib": peak - loaded}))
 
 
-def engines_for_memory(model, tokenizer, threads) -> dict[str, Callable]:
-    """Only the engine measured is built, so that no other holds memory in the process."""
+def engines_for_memory(model, tokenizer, threads) -> dict[str, Callable[[], Callable]]:
+    """Each engine's maker: only the engine measured is built (before the peak is reset, so that
+    a conversion is not counted), and no other holds memory in the process."""
     return {
-        "ours": lambda s, c: translate(model, tokenizer, s, c),
-        ONEDNN: lambda s, c: translate(model, tokenizer, s, c, decoder_state=OneDNNDecoder),
-        PEER: lambda s, c: CTranslate2Translator(model, tokenizer, threads=threads).translate(s, c),
-        "CTranslate2 int8": lambda s, c: CTranslate2Translator(
-            model, tokenizer, quantize="int8", threads=threads
-        ).translate(s, c),
+        DEFAULT: lambda: lambda s, c: translate(model, tokenizer, s, c),
+        "ours": lambda: (
+            lambda s, c: translate(model, tokenizer, s, c, decoder_state=SentenceGroupedDecoder)
+        ),
+        ONEDNN: lambda: lambda s, c: translate(model, tokenizer, s, c, decoder_state=OneDNNDecoder),
+        PEER: lambda: CTranslate2Translator(model, tokenizer, threads=threads).translate,
+        "CTranslate2 int8": lambda: (
+            CTranslate2Translator(model, tokenizer, quantize="int8", threads=threads).translate
+        ),
+        HUGGING_FACE: lambda: huggingface_translator(model, tokenizer),
     }
 
 
@@ -363,17 +434,23 @@ def measure(args: argparse.Namespace) -> dict:
         "config": vars(model.config),
     }
     results["ctranslate2"] = require_ctranslate2().__version__
+    results["transformers"] = require_transformers().__version__
+    results["search_settings"] = {k: vars(s) for k, s in searches(model).items()}
     results["searches"] = {}
     with torch.inference_mode():
-        for label, search in SEARCHES.items():
+        for label, search in searches(model).items():
             print(f"-- {label}: {len(sources)} sentences, {args.rounds} rounds in turns")
             clock = time.process_time if args.clock == "cpu" else time.perf_counter
+            outputs = {}
             found = measure_search(
-                candidates, sources, references, search, args.rounds, args.batch_sizes, 200, clock
-            )
+                candidates, sources, references, search, args.rounds, args.batch_sizes, 200, clock,
+                outputs,
+            )  # fmt: skip
             results["searches"][label] = found
+            if label == "beam 4":
+                results["committed"] = against_committed(args, about, search, outputs[DEFAULT])
         print("-- where the time goes: one batch of 64 sentences at beam 4, profiled")
-        beam = SEARCHES["beam 4"]
+        beam = searches(model)["beam 4"]
         results["profile"] = profile_decoding(model, tokenizer, sources[:64], beam)
         results["profile, oneDNN"] = profile_decoding(
             model, tokenizer, sources[:64], beam, OneDNNDecoder
@@ -386,7 +463,7 @@ def measure(args: argparse.Namespace) -> dict:
         print("-- peak memory, each engine in a process of its own")
         results["memory"] = {
             name: peak_memory(args, name, results["searches"]["beam 4"][name]["batch_size"])
-            for name in ("ours", ONEDNN, PEER, "CTranslate2 int8")
+            for name in (DEFAULT, "ours", ONEDNN, PEER, "CTranslate2 int8", HUGGING_FACE)
         }
     if not args.no_goals:
         print("-- cached against re-running decoding, the decoding benchmark's goals")
@@ -394,13 +471,28 @@ def measure(args: argparse.Namespace) -> dict:
     return results
 
 
+def against_committed(args, about: dict, search: SearchConfig, translations: list[str]) -> dict:
+    """How many of ``translations`` are the shipped model's committed hypotheses of the split
+    (a folder's report, searched as it was scored); empty for a model with no such report."""
+    if args.ci:
+        return {}
+    folder = model_folder(args.model)
+    path = folder / hypotheses_name(args.split, about["tgt"])
+    report = json.loads((folder / "bleu.json").read_text()) if path.is_file() else {}
+    if (report.get("beam_size"), report.get("alpha")) != (search.beam_size, search.alpha):
+        return {}
+    committed = path.read_text(encoding="utf-8").splitlines()[: len(translations)]
+    same = sum(a == b for a, b in zip(translations, committed, strict=True))
+    return {"file": path.name, "sentences": len(translations), "identical": same}
+
+
 def report(results: dict) -> list[dict]:
     """Print every figure against CTranslate2 float32's, and the goals' verdicts."""
     lines = []
     for label, found in results["searches"].items():
         peer = found[PEER]
-        search = SEARCHES[label]
-        alpha = f", alpha {search.alpha}" if search.beam_size > 1 else ""
+        search = results["search_settings"][label]
+        alpha = f", alpha {search['alpha']}" if search["beam_size"] > 1 else ""
         print(f"{label}{alpha}: sentences/s (ratio above 1 = faster than {PEER}), BLEU")
         for name, row in found.items():
             line = common.compare(
@@ -411,10 +503,11 @@ def report(results: dict) -> list[dict]:
             )
             print(f"  {'':46} BLEU {row['bleu']:.2f} (CTranslate2 float32 {peer['bleu']:.2f})")
             lines.append({**line, "search": label, "engine": name, "bleu": row["bleu"]})
-        for name in ("ours", ONEDNN):
-            slower = peer["sentences_per_s"] / found[name]["sentences_per_s"]
-            verdict = "meets" if slower <= GOAL else "MISSES"
-            print(f"  {name} takes {slower:.2f}x {PEER}'s time ({verdict} the goal {GOAL}x)")
+        slower = peer["sentences_per_s"] / found[DEFAULT]["sentences_per_s"]
+        verdict = "meets" if slower <= GOAL else "MISSES"
+        print(f"  {DEFAULT} takes {slower:.2f}x {PEER}'s time ({verdict} the goal {GOAL}x)")
+        for name in ("ours", ONEDNN, HUGGING_FACE):
+            print(f"  {name} takes {peer['sentences_per_s'] / found[name]['sentences_per_s']:.2f}x")
         delta = found["CTranslate2 int8"]["bleu"] - peer["bleu"]  # variant - reference
         verdict = "meets" if -delta < INT8_BLEU_LOSS else "MISSES"
         print(
@@ -433,6 +526,9 @@ def report(results: dict) -> list[dict]:
         print(
             f"peak memory, {name:22} {memory['peak_mib']:7.0f} MiB ({memory['added_mib']:+.0f} MiB translating)"
         )
+    if results.get("committed"):
+        c = results["committed"]
+        print(f"{DEFAULT}, beam 4: {c['identical']} of {c['sentences']} lines are {c['file']}'s")
     for row in results.get("cached_vs_rerun", {}).get("ratios", []):
         verdict = "meets" if row["ratio"] >= row["target"] else "MISSES"
         print(

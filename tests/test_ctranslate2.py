@@ -381,14 +381,21 @@ def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
     assert results["ctranslate2_process"] == "its own"  # two threads: CTranslate2 apart
     for found in results["searches"].values():
         assert set(found) == {
+            "translate, no options",
             "ours",
             "ours, oneDNN",
             "ours, cache per row",
             "ours, cache per row, index_select",
             "CTranslate2 float32",
             "CTranslate2 int8",
+            "transformers generate",
         }
-        assert all(row["batch_size"] == 3 and row["rounds"] == 1 for row in found.values())
+        assert all(row["rounds"] == 1 for row in found.values())
+        default = found.pop("translate, no options")  # as a user calls it: the default batch
+        assert default["batch_size"] == SearchConfig().batch_size
+        assert all(row["batch_size"] == 3 for row in found.values())
+    # The folder's own search: the seeded model has no report, so §6.1's α.
+    assert results["search_settings"]["beam 4"]["alpha"] == SearchConfig().alpha
     groups = {"matrix products", "cache copies", "Python and dispatch"}
     assert groups <= set(results["profile"]) and groups <= set(results["profile, oneDNN"])
     assert "takes" in done.stdout and "int8: delta BLEU" in done.stdout

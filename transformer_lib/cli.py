@@ -221,7 +221,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:594 (cell 23)
+# %% book/command_line.md:597 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -239,10 +239,11 @@ def _add_search_options(command) -> None:
     command.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
     command.add_argument(
         "--engine",
-        choices=("ours", "onednn", "ctranslate2"),
+        choices=("ours", "pytorch", "onednn", "ctranslate2"),
         default="ours",
-        help="our PyTorch decoder (default), the same with oneDNN's products (CPU), or "
-        "CTranslate2 (pip install 'transformer_lib[fast]')",
+        help="our decoder, the fastest for the device (default: oneDNN's products on a CPU, "
+        "PyTorch's kernels on a GPU); our decoder with PyTorch's kernels only; with oneDNN's "
+        "products (CPU); or CTranslate2 (pip install 'transformer_lib[fast]')",
     )
     command.add_argument(
         "--quantize", choices=("int8",), help="with --engine ctranslate2: 8-bit weights"
@@ -348,7 +349,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:761 (cell 27)
+# %% book/command_line.md:765 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

@@ -385,13 +385,27 @@ class SentenceGroupedDecoder(IncrementalDecoder):
         self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
 
 
-# %% book/translating.md:261 (cell 13)
+# %% book/translating.md:265 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 
 from tqdm import tqdm
 
 from transformer_lib.tokenizer import BOS_ID, EOS_ID
+
+
+def default_decoder_state(model) -> Callable[..., DecoderState]:
+    """The Transformer's fastest :class:`DecoderState` for ``model``'s weights:
+    ``OneDNNDecoder`` for float32 weights on a CPU whose PyTorch has oneDNN, else
+    :class:`SentenceGroupedDecoder`."""
+    weight = next(model.parameters())
+    on_cpu = weight.device.type == "cpu" and weight.dtype == torch.float32
+    if on_cpu and torch.backends.mkldnn.is_available():
+        # Defined in a later chapter, on SentenceGroupedDecoder: imported only when chosen.
+        from transformer_lib.engine import OneDNNDecoder
+
+        return OneDNNDecoder
+    return SentenceGroupedDecoder
 
 
 @torch.inference_mode()
@@ -401,7 +415,7 @@ def translate(
     sentences: Sequence[str],
     search: SearchConfig | None = None,
     progress: bool = False,
-    decoder_state: Callable[..., DecoderState] = SentenceGroupedDecoder,
+    decoder_state: Callable[..., DecoderState] | None = None,
 ) -> list[str]:
     """Translate ``sentences`` with ``search`` (default: the model's own, :func:`model_search`).
 
@@ -421,8 +435,9 @@ def translate(
         search: the search's settings; None: :func:`model_search`, the model's own
             (``model.search``), else §6.1's.
         progress: show a tqdm bar over the batches.
-        decoder_state: the searches' state; default: ``SentenceGroupedDecoder``, keys and values
-            cached, the encoder side's once per sentence.
+        decoder_state: the searches' state; None: :func:`default_decoder_state`, the fastest
+            the library has for the model's weights (keys and values cached, the encoder
+            side's once per sentence).
 
     Returns:
         One detokenized translation for each sentence, in their order.
@@ -434,6 +449,7 @@ def translate(
         ['Two dogs play in the snow.']
     """
     search = search or model_search(model)
+    decoder_state = decoder_state or default_decoder_state(model)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -484,5 +500,6 @@ __all__ = [
     "GREEDY",
     "model_search",
     "SentenceGroupedDecoder",
+    "default_decoder_state",
     "translate",
 ]

@@ -271,21 +271,24 @@ from collections.abc import Callable
 
 from transformer_lib.decoding import SentenceGroupedDecoder, translate
 
-ENGINES = ("ours", "onednn", "ctranslate2")
+ENGINES = ("ours", "pytorch", "onednn", "ctranslate2")
 
 
 def make_translator(
     model, tokenizer, engine: str = "ours", quantize: str | None = None
 ) -> Callable[[Sequence[str], SearchConfig, bool], list[str]]:
     """``translate`` as a function (sentences, search, progress) -> translations, run by our
-    PyTorch decoder (``"ours"``), by the same with its products in oneDNN (``"onednn"``, defined
-    at the end of the chapter), or by CTranslate2 (``quantize="int8"``: with 8-bit weights)."""
+    decoder: ``"ours"``, the fastest for the model's weights (``default_decoder_state``);
+    ``"pytorch"``, with PyTorch's own kernels (``SentenceGroupedDecoder``); ``"onednn"``, its
+    products in oneDNN (``OneDNNDecoder``, defined at the end of the chapter); or by CTranslate2
+    (``"ctranslate2"``; ``quantize="int8"``: with 8-bit weights)."""
     if engine not in ENGINES:
         raise EngineError(f"engine must be one of {ENGINES}, got {engine!r}")
     if engine != "ctranslate2":
         if quantize is not None:
             raise EngineError(f"quantize={quantize!r} needs the ctranslate2 engine")
-        state = OneDNNDecoder if engine == "onednn" else SentenceGroupedDecoder
+        states = {"ours": None, "pytorch": SentenceGroupedDecoder, "onednn": OneDNNDecoder}
+        state = states[engine]
         return lambda sentences, search, progress=False: translate(
             model, tokenizer, sentences, search, progress=progress, decoder_state=state
         )
@@ -293,7 +296,7 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-# %% book/inference_engine.md:901 (cell 31)
+# %% book/inference_engine.md:904 (cell 31)
 import torch.nn.functional as F
 from torch import Tensor
 
