@@ -184,6 +184,9 @@ def huggingface_translator(model, tokenizer) -> Callable:
     extra tokens, every other setting the folder's (transformers' own length penalty)."""
     require_transformers()
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # no bars of its saving and loading among the timings
 
     folder = save_huggingface(model, tokenizer, Path(tempfile.mkdtemp()) / "marian")
     marian = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
