@@ -210,7 +210,7 @@ def export_graphs(
     return [folder / name for name in GRAPHS]
 
 
-# %% book/export.md:335 (cell 8)
+# %% book/export.md:336 (cell 8)
 def _own_weight_for_each_gemm(graph) -> int:
     """Give each Gemm whose weight another operator reads too a copy of its own (the quantizer
     transposes a Gemm's weight in place); returns how many copies it made."""
@@ -246,7 +246,7 @@ def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None
             quantize_dynamic(untied, target, weight_type=QuantType.QUInt8)
 
 
-# %% book/export.md:381 (cell 10)
+# %% book/export.md:382 (cell 10)
 class OnnxDecoder:
     """A decoder state (see the decoding chapter) that runs the two graphs with onnxruntime.
 

@@ -265,7 +265,7 @@ def replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Variant
     ]
 
 
-# %% book/sweep.md:544 (cell 18)
+# %% book/sweep.md:547 (cell 18)
 SWEEP_PROFILES = {
     # A toy scale that runs on a CPU in seconds per variant: for tests and the chapter's
     # demonstration only; its numbers say nothing about the paper's claims.
