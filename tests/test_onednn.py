@@ -21,7 +21,7 @@ from transformer_lib.decoding import (
 )
 from transformer_lib.engine import EngineError, OneDNNDecoder, make_translator
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.onednn import onednn_linear
+from transformer_lib.onednn import OneDNNError, onednn_linear
 from transformer_lib.pretrained import save_pretrained
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 
@@ -242,14 +242,18 @@ def test_training_with_onednn_follows_pytorchs_run_and_resumes_exactly(tmp_path)
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("products, device", [("mkl", "cpu"), ("onednn", "meta")])
-def test_products_it_cannot_give_are_refused(tmp_path, products, device):
+@pytest.mark.parametrize(
+    "products, device, error", [("mkl", "cpu", ValueError), ("onednn", "meta", OneDNNError)]
+)
+def test_products_it_cannot_give_are_refused(tmp_path, products, device, error):
+    """A value that is not a choice is the caller's bug (ValueError); oneDNN on a device that is
+    not a CPU is a user's choice, one line at the command line (a TransformerLibError)."""
     from toy_seq2seq import ToyModel, toy_batches
 
     from transformer_lib.training import TrainingConfig, train
 
     model = ToyModel()
-    with pytest.raises(ValueError, match=f"products={products!r} on {device}"):
+    with pytest.raises(error, match=f"products={products!r} on {device}"):
         train(model, toy_batches, TrainingConfig(max_steps=1, products=products),
               tmp_path / "run", d_model=8, pad_id=0, device=device, progress=False)  # fmt: skip
 
@@ -260,7 +264,7 @@ def test_a_pytorch_without_onednn_is_refused_in_one_sentence(tmp_path, monkeypat
     the run writes nothing."""
     from toy_seq2seq import ToyModel, toy_batches
 
-    from transformer_lib.onednn import OneDNNError, OneDNNProducts, require_onednn
+    from transformer_lib.onednn import OneDNNProducts, require_onednn
     from transformer_lib.training import TrainingConfig, train
 
     require_onednn()  # this build has it

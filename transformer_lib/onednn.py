@@ -83,10 +83,15 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     """The mode ``TrainingConfig.products`` asks for on ``device``; None: PyTorch's own."""
     if products is None:
         return None
-    if products != "onednn" or torch.device(device).type != "cpu":
+    if products != "onednn":
         raise ValueError(
             f"products={products!r} on {device}: products is None (PyTorch's own) or "
             "'onednn', which computes a CPU's products"
+        )
+    if torch.device(device).type != "cpu":  # a CPU profile asked for on a GPU: the user's choice
+        raise OneDNNError(
+            f"products='onednn' on {device}: oneDNN computes a CPU's products; train on the CPU "
+            "(--device cpu), or with a profile for a GPU (products None, such as 'full')"
         )
     return OneDNNProducts()
 
