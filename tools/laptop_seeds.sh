@@ -17,8 +17,12 @@ for run in de-en:1 en-de:2 de-en:2; do
     report=results/laptop-seeds/$pair-seed_$seed
     if [ -f "$report/bleu.json" ]; then
         echo "$report: already written"
-        continue
+    else
+        "$python" tools/real_run.py --profile laptop --src "$src" --tgt "$tgt" --seed "$seed" \
+            --work "runs/laptop-$pair-seed_$seed" --results "$report" --quiet
     fi
-    "$python" tools/real_run.py --profile laptop --src "$src" --tgt "$tgt" --seed "$seed" \
-        --work "runs/laptop-$pair-seed_$seed" --results "$report" --quiet
+    # Its validation scores at the recipe's window for each alpha of the grid, the yardstick of
+    # the chapter "How the profiles were chosen" (a choice already scored is skipped).
+    "$python" tools/evaluation_choices.py --checkpoints "runs/laptop-$pair-seed_$seed/checkpoints" \
+        --src "$src" --tgt "$tgt" --out "results/evaluation-choices/seed_$seed-$pair.jsonl"
 done
