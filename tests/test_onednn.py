@@ -16,6 +16,7 @@ from transformer_lib.decoding import (
     SearchConfig,
     SentenceGroupedDecoder,
     beam_search,
+    default_decoder_state,
     greedy_search,
     translate,
 )
@@ -103,6 +104,16 @@ def test_the_searches_find_the_same_outputs(beam):
             else:
                 found.append([h.tokens for h in beam_search(state, BOS_ID, EOS_ID, limits, beam)])
     assert found[0] == found[1]
+
+
+def test_translate_decodes_with_onednn_only_where_it_runs(monkeypatch):
+    """translate's default: oneDNN's decoder for float32 weights on a CPU whose PyTorch has it;
+    PyTorch's kernels for other weights and where oneDNN is missing."""
+    model = seeded_model()
+    assert default_decoder_state(model) is OneDNNDecoder
+    assert default_decoder_state(seeded_model().double()) is SentenceGroupedDecoder
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    assert default_decoder_state(model) is SentenceGroupedDecoder
 
 
 def test_a_model_it_cannot_run_is_refused_in_one_sentence():

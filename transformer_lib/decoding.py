@@ -399,13 +399,17 @@ def default_decoder_state(model) -> Callable[..., DecoderState]:
     ``OneDNNDecoder`` for float32 weights on a CPU whose PyTorch has oneDNN, else
     :class:`SentenceGroupedDecoder`."""
     weight = next(model.parameters())
-    on_cpu = weight.device.type == "cpu" and weight.dtype == torch.float32
-    if on_cpu and torch.backends.mkldnn.is_available():
-        # Defined in a later chapter, on SentenceGroupedDecoder: imported only when chosen.
-        from transformer_lib.engine import OneDNNDecoder
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        return SentenceGroupedDecoder
+    # Both defined in later chapters (the decoder on SentenceGroupedDecoder): imported when asked.
+    from transformer_lib.engine import OneDNNDecoder
+    from transformer_lib.onednn import OneDNNError, require_onednn
 
-        return OneDNNDecoder
-    return SentenceGroupedDecoder
+    try:
+        require_onednn()
+    except OneDNNError:  # a PyTorch built without it
+        return SentenceGroupedDecoder
+    return OneDNNDecoder
 
 
 @torch.inference_mode()

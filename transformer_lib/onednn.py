@@ -15,7 +15,8 @@ from transformer_lib.errors import TransformerLibError
 
 
 class OneDNNError(TransformerLibError, RuntimeError):
-    """This PyTorch cannot reach oneDNN."""
+    """oneDNN's products asked for where they cannot run: a PyTorch without oneDNN, or a device
+    that is not a CPU."""
 
 
 def require_onednn() -> None:
