@@ -11,7 +11,7 @@ The candidates, timed in turns round after round (``common.time_in_turns``):
   translations against the model's committed hypotheses;
 - ``ours``: the same search with PyTorch's own kernels (``SentenceGroupedDecoder``: the encoder
   side once per sentence), ``translate --engine pytorch``;
-- ``ours, oneDNN``: the same search with ``transformer_lib.engine.OneDNNDecoder`` (every product
+- ``ours, oneDNN``: the same search with ``transformer_lib.decoding.OneDNNDecoder`` (every product
   by oneDNN, a step's attention written out), ``translate --engine onednn``;
 - ``ours, cache per row``: the same search with the cache as it was before (the encoder output and
   the encoder-decoder keys and values copied for every beam at every step, with PyTorch's general
@@ -57,12 +57,13 @@ from transformer_lib.data import load_multi30k
 from transformer_lib.decoding import (
     GREEDY,
     IncrementalDecoder,
+    OneDNNDecoder,
     SearchConfig,
     SentenceGroupedDecoder,
     model_search,
     translate,
 )
-from transformer_lib.engine import CTranslate2Translator, OneDNNDecoder, require_ctranslate2
+from transformer_lib.engine import CTranslate2Translator, require_ctranslate2
 from transformer_lib.evaluation import average_checkpoints, corpus_scores
 from transformer_lib.marian import require_transformers, save_huggingface
 from transformer_lib.model import Transformer, TransformerConfig

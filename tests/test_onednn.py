@@ -1,4 +1,4 @@
-"""The oneDNN decoder (``transformer_lib.engine.OneDNNDecoder``): the incremental decoder that
+"""The oneDNN decoder (``transformer_lib.decoding.OneDNNDecoder``): the incremental decoder that
 ``translate`` uses, with its products computed by oneDNN and a step's attention written out.
 The reference is that ``SentenceGroupedDecoder`` on the same weights: the same logits at
 every step (to float32 rounding: the two libraries add a product's terms in different orders),
@@ -13,6 +13,7 @@ from helpers import run_cli
 
 from transformer_lib.decoding import (
     GREEDY,
+    OneDNNDecoder,
     SearchConfig,
     SentenceGroupedDecoder,
     beam_search,
@@ -20,7 +21,7 @@ from transformer_lib.decoding import (
     greedy_search,
     translate,
 )
-from transformer_lib.engine import EngineError, OneDNNDecoder, make_translator
+from transformer_lib.engine import EngineError, make_translator
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.onednn import OneDNNError, onednn_linear
 from transformer_lib.pretrained import save_pretrained
@@ -119,7 +120,7 @@ def test_translate_decodes_with_onednn_only_where_it_runs(monkeypatch):
 def test_a_model_it_cannot_run_is_refused_in_one_sentence():
     model = seeded_model().double()
     with pytest.raises(
-        EngineError, match="float32 weights on the CPU; this model is torch.float64"
+        OneDNNError, match="float32 weights on the CPU; this model is torch.float64"
     ):
         OneDNNDecoder(model, padded_sources())
 

@@ -269,7 +269,7 @@ class CTranslate2Translator:
 # %% book/inference_engine.md:379 (cell 9)
 from collections.abc import Callable
 
-from transformer_lib.decoding import SentenceGroupedDecoder, translate
+from transformer_lib.decoding import OneDNNDecoder, SentenceGroupedDecoder, translate
 
 ENGINES = ("ours", "pytorch", "onednn", "ctranslate2")
 
@@ -296,92 +296,6 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-# %% book/inference_engine.md:916 (cell 31)
-import torch.nn.functional as F
-from torch import Tensor
-
-from transformer_lib.onednn import onednn_linear, require_onednn
-
-
-class OneDNNDecoder(SentenceGroupedDecoder):
-    """``SentenceGroupedDecoder`` with an engine's step for CPUs: every product by oneDNN, the
-    encoder's included, and the attention of a step's new positions written out (two batched
-    products and a softmax), which beats the fused kernel for a step's few queries and keys.
-    Float32 weights on the CPU only."""
-
-    def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
-        require_onednn()
-        weight = next(model.parameters())
-        if weight.device.type != "cpu" or weight.dtype != torch.float32:
-            raise EngineError(
-                f"the onednn engine runs float32 weights on the CPU; this model is "
-                f"{weight.dtype} on {weight.device}: use the default engine"
-            )
-        super().__init__(model, src, src_mask)
-
-    def encode(self, src: Tensor) -> Tensor:
-        """``Encoder.forward``, its products in oneDNN and its attention PyTorch's fused kernel
-        (whole sentences at once, the case that kernel is built for): (n, S) -> (n, S, d_model)."""
-        encoder = self.model.encoder
-        x = encoder.positions(encoder.embeddings(src))
-        for layer in encoder.layers:  # the layer's wiring, our sub-layers
-            x = layer.connect(
-                x,
-                lambda h, a=layer.self_attn: _whole_sentences(a, h, self.src_mask),
-                lambda h, f=layer.feed_forward: _feed_forward(f, h),
-            )  # (n, S, d_model)
-        return encoder.norm(x)
-
-    def self_attention(self, i: int, h: Tensor) -> Tensor:
-        attention = self.model.decoder.layers[i].self_attn
-        q, k, v = attention.project_qkv(h, onednn_linear)  # (N, h, 1, d_k), (..), (N, h, 1, d_v)
-        k, v = self.remember(i, k, v)  # (N, h, t, d_k), (N, h, t, d_v), kept per row
-        return _attend(attention, q, k, v, None)
-
-    def cross_attention(self, i: int, h: Tensor) -> Tensor:
-        attention, (keys, values) = self.model.decoder.layers[i].cross_attn, self.cross_kv[i]
-        mask = self.src_mask  # (n, 1, 1, S), once per sentence
-        if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
-            h = h.view(len(mask), -1, attention.d_model)  # (n, k, d_model)
-        else:
-            keys, values, mask = (t.index_select(0, self.sentence) for t in (keys, values, mask))
-        out = _attend(attention, attention.project_q(h, onednn_linear), keys, values, mask)
-        return out.view(-1, 1, attention.d_model)  # (N, 1, d_model)
-
-    def feed_forward(self, i: int, h: Tensor) -> Tensor:
-        return _feed_forward(self.model.decoder.layers[i].feed_forward, h)
-
-    def logits(self, h: Tensor) -> Tensor:
-        return onednn_linear(h, self.model.generator.weight)
-
-
-def _whole_sentences(attention, h: Tensor, mask: Tensor | None) -> Tensor:
-    q, k, v = attention.project_qkv(h, onednn_linear)  # (B, h, L, d_k), (..), (B, h, L, d_v)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention.scale)
-    return attention.merge_heads(out, onednn_linear)  # (B, L, d_model)
-
-
-def _attend(attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """The heads' attention written out: queries q (B, h, L_q, d_k) over keys and values
-    (B, h, L_k, .), then W^O: (B, L_q, d_model). ``bmm`` reads the keys transposed where the
-    cache holds them, so that nothing the size of the cache is copied; every query has a key
-    to attend to."""
-    b, heads, queries, d_k = q.shape
-    scale = attention.scale if attention.scale is not None else d_k**-0.5
-    scores = torch.bmm((q * scale).flatten(0, 1), k.flatten(0, 1).transpose(1, 2))
-    scores = scores.view(b, heads, queries, -1)  # (B, h, L_q, L_k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    out = torch.bmm(scores.softmax(dim=-1).flatten(0, 1), v.flatten(0, 1))
-    return attention.merge_heads(out.view(b, heads, queries, -1), onednn_linear)
-
-
-def _feed_forward(network, h: Tensor) -> Tensor:
-    """FFN(h) = max(0, h W_1 + b_1) W_2 + b_2 (§3.3), the ReLU fused into the first product."""
-    hidden = onednn_linear(h, network.linear_1.weight, network.linear_1.bias, relu=True)
-    return onednn_linear(hidden, network.linear_2.weight, network.linear_2.bias)
-
-
 __all__ = [
     "INSTALL",
     "QUANTIZE",
@@ -393,5 +307,4 @@ __all__ = [
     "CTranslate2Translator",
     "ENGINES",
     "make_translator",
-    "OneDNNDecoder",
 ]
