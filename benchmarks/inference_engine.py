@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import common
@@ -159,23 +160,28 @@ def engines(model, tokenizer, threads: int, apart: "EngineProcess | None" = None
     else:
         float32, int8 = apart.translator(PEER), apart.translator("CTranslate2 int8")
     return {
-        DEFAULT: lambda sentences, search: translate(model, tokenizer, sentences, search),
-        "ours": lambda sentences, search: translate(
-            model, tokenizer, sentences, search, decoder_state=SentenceGroupedDecoder
-        ),
-        ONEDNN: lambda sentences, search: translate(
-            model, tokenizer, sentences, search, decoder_state=OneDNNDecoder
-        ),
-        "ours, cache per row": lambda sentences, search: translate(
-            model, tokenizer, sentences, search, decoder_state=PerRowDecoder
-        ),
-        "ours, cache per row, index_select": lambda sentences, search: translate(
-            model, tokenizer, sentences, search, decoder_state=PerRowIndexSelect
-        ),
+        **{name: our_translator(model, tokenizer, state) for name, state in OUR_STATES.items()},
         PEER: float32,
         "CTranslate2 int8": int8,
         HUGGING_FACE: huggingface_translator(model, tokenizer),
     }
+
+
+# Our decoders, by the decoder state translate is given (None: its default, as a user calls it).
+OUR_STATES = {
+    DEFAULT: None,
+    "ours": SentenceGroupedDecoder,
+    ONEDNN: OneDNNDecoder,
+    "ours, cache per row": PerRowDecoder,
+    "ours, cache per row, index_select": PerRowIndexSelect,
+}
+
+
+def our_translator(model, tokenizer, state) -> Callable:
+    """``translate`` with the decoder state ``state`` as a function (sentences, search)."""
+    return lambda sentences, search: translate(
+        model, tokenizer, sentences, search, decoder_state=state
+    )
 
 
 def huggingface_translator(model, tokenizer) -> Callable:
@@ -189,9 +195,10 @@ def huggingface_translator(model, tokenizer) -> Callable:
 
     logging.disable_progress_bar()  # no bars of its saving and loading among the timings
 
-    folder = save_huggingface(model, tokenizer, Path(tempfile.mkdtemp()) / "marian")
-    marian = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-    marian_tokenizer = AutoTokenizer.from_pretrained(folder)
+    with tempfile.TemporaryDirectory() as scratch:  # read into memory, then not needed
+        folder = save_huggingface(model, tokenizer, Path(scratch) / "marian")
+        marian = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+        marian_tokenizer = AutoTokenizer.from_pretrained(folder)
 
     def translate_with_generate(sentences, search: SearchConfig) -> list[str]:
         lengths = [len(ids) for ids in tokenizer.encode_batch(list(sentences))]
@@ -387,12 +394,9 @@ def memory_child(args: argparse.Namespace) -> None:
 def engines_for_memory(model, tokenizer, threads) -> dict[str, Callable[[], Callable]]:
     """Each engine's maker: only the engine measured is built (before the peak is reset, so that
     a conversion is not counted), and no other holds memory in the process."""
+    ours = {name: OUR_STATES[name] for name in (DEFAULT, "ours", ONEDNN)}
     return {
-        DEFAULT: lambda: lambda s, c: translate(model, tokenizer, s, c),
-        "ours": lambda: (
-            lambda s, c: translate(model, tokenizer, s, c, decoder_state=SentenceGroupedDecoder)
-        ),
-        ONEDNN: lambda: lambda s, c: translate(model, tokenizer, s, c, decoder_state=OneDNNDecoder),
+        **{name: partial(our_translator, model, tokenizer, s) for name, s in ours.items()},
         PEER: lambda: CTranslate2Translator(model, tokenizer, threads=threads).translate,
         "CTranslate2 int8": lambda: (
             CTranslate2Translator(model, tokenizer, quantize="int8", threads=threads).translate
