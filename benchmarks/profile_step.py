@@ -50,7 +50,8 @@ def self_time_us(event, device: torch.device) -> float:
     """An averaged event's own time on the device that ran the work, in microseconds."""
     if device.type == "cpu":
         return event.self_cpu_time_total
-    return getattr(event, "self_device_time_total", None) or event.self_cuda_time_total
+    device_time = getattr(event, "self_device_time_total", None)  # torch >= 2.4; 0 is a time
+    return device_time if device_time is not None else event.self_cuda_time_total
 
 
 def profile_model(model, batches, device: torch.device, d_model: int, top: int) -> dict:

@@ -314,16 +314,16 @@ SHIPPED_SHA256 = {
         "bleu.json": "ff221a6b639e92107d5894d77c109af51fb0eae2e203ca3f3e9e8e7f37cecce1",
     },
     "multi30k-de-en": {
-        "model.safetensors": "41dfaaaebe6c2b5532912ebd4b63fd0bcab21ffc8c2b460eefa8342d330b3839",
-        "config.json": "cb4ac0b16b92e55e5c8eeb60e64b8044148772b2fdfd8fc4f37e60236bcc1434",
+        "model.safetensors": "6a7db78461d003252af0f72a106f9e434d9a6296bf56e78adc86812f6a25f475",
+        "config.json": "00b7686af99a5abefb26d80bd73c364a45e590c3639c54adb4e51e85af1027a5",
         "tokenizer.json": "8e73c789614ef1ed0d21622f756b1f143b9304def93db90484827efa36394f06",
-        "bleu.json": "aeb2c711c15431a7f4a0a0fca9efccd949cfa1d2b6466710a7c00f75699e279d",
+        "bleu.json": "458be750119b3b1d09d3d6aba9214e88efb7b2a3765fc10c3c9b67caedb33315",
     },
     "multi30k-en-de": {
-        "model.safetensors": "0c1a46cd92ef5beaaa38cdae7f7dce9677089a1da4124b146aff0c00fdd0b28f",
-        "config.json": "06de2839615d91737027af0786b05c3c5df0e9546a2b724f7c121ed1f28247fb",
+        "model.safetensors": "8ddf8a33e8b567e720ee3f3011cd49f4c6e558d7200d335bd982af0248cc098f",
+        "config.json": "4e27f01c49e9fe602b6cd00fc28cb8880ae12d0b602c1d33ec4c3f0240b1b9e7",
         "tokenizer.json": "8e73c789614ef1ed0d21622f756b1f143b9304def93db90484827efa36394f06",
-        "bleu.json": "f7e9a0c07dc8eaa47f17fbff91e97c8093c8e750c79f8050a55427feecf28093",
+        "bleu.json": "5a93669979d46b3fee9b7778872b80a7ca5bb47fd725a2976a0726fc9c81d199",
     },
 }
 
