@@ -377,3 +377,37 @@ def test_the_other_seeds_are_the_laptop_recipe_and_agree_with_sacrebleu(folder):
     assert training["max_steps"] == report["manifest"]["training"]["steps"]
     assert report["manifest"]["training"]["steps"] == PROFILES["laptop"].training.max_steps
     assert report["bleu"]["alpha"] == PROFILES["laptop"].alpha
+
+
+AT_PAPER_ALPHA = sorted((ROOT / "results").glob("at-paper-alpha/*.bleu.json"))
+
+
+@pytest.mark.parametrize("path", AT_PAPER_ALPHA, ids=[path.name for path in AT_PAPER_ALPHA])
+def test_the_scores_at_the_papers_alpha_are_of_the_shipped_weights(path):
+    """tools/score_at_alpha.py: the shipped model's own weights, its report's search but α, and
+    scores that sacreBLEU recomputes from the hypotheses written beside them."""
+    scored = json.loads(path.read_text())
+    folder = ROOT / "results" / scored["model"]["folder"]
+    report = json.loads((folder / "bleu.json").read_text())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    shipped = manifest["shipped_model"]["sha256"]["model.safetensors"]
+    assert scored["model"]["sha256"] == shipped, "scored from the weights the report ships"
+    assert scored["alpha"] == 0.6 != report["alpha"]
+    for key in ("src", "tgt", "beam_size", "max_length", "averaged_steps", "limit"):
+        assert scored[key] == report[key], key
+    lines = path.with_name(path.name.removesuffix(".bleu.json") + ".hyp.tsv").read_text()
+    hypotheses = {}
+    for line in lines.splitlines():
+        split, _, hypothesis = line.partition("\t")
+        hypotheses.setdefault(split, []).append(hypothesis)
+    assert list(hypotheses) == list(scored["splits"]) == list(report["splits"])
+    for split, entry in scored["splits"].items():
+        refs = [tgt for _, tgt in references(split, scored["src"], scored["tgt"])]
+        assert len(hypotheses[split]) == len(refs) == entry["sentences"]
+        metrics = {"bleu": sacrebleu.BLEU(), "chrf": sacrebleu.CHRF()}
+        for key, metric in metrics.items():
+            assert metric.corpus_score(hypotheses[split], [refs]).score == entry[key], split
+            assert str(metric.get_signature()) == entry[f"{key}_signature"]
+        if "lowercase" in entry:
+            lower = sacrebleu.BLEU(lowercase=True).corpus_score(hypotheses[split], [refs])
+            assert lower.score == entry["lowercase"]["bleu"]

@@ -168,7 +168,7 @@ def headline_table(reports: Sequence[dict], at_paper_alpha: dict, anchors: dict,
     `laptop` run before the `full` one): where it trained (``where``: profile -> words) and its
     folder, its minutes and updates, the length penalty α it was scored with, its cased BLEU, its
     cased BLEU at §6.1's α (a run scored with another α takes it from ``at_paper_alpha``, its
-    bleu.json at §6.1's α by (src, tgt)), its lowercased BLEU, and the published result of its
+    bleu.json at §6.1's α by (profile, src, tgt)), its lowercased BLEU, and the published result of its
     direction (``anchors``: (src, tgt) -> (BLEU, address, what it measured))."""
     paper_alpha = SearchConfig.alpha
     lines = ["| direction | run | trained | α | BLEU | at α = 0.6 | lowercased | anchor |"]
@@ -176,7 +176,7 @@ def headline_table(reports: Sequence[dict], at_paper_alpha: dict, anchors: dict,
     for report in sorted(reports, key=lambda r: (r["bleu"]["src"], run_profile(r) == "full")):
         bleu, training, name = report["bleu"], report["manifest"]["training"], run_profile(report)
         src, tgt, test = bleu["src"], bleu["tgt"], bleu["splits"]["test_2016_flickr"]
-        paper = bleu if bleu["alpha"] == paper_alpha else at_paper_alpha[src, tgt]
+        paper = bleu if bleu["alpha"] == paper_alpha else at_paper_alpha[name, src, tgt]
         assert paper["alpha"] == paper_alpha and paper["averaged_steps"] == bleu["averaged_steps"]
         score, address, what = anchors[src, tgt]
         lines.append(
