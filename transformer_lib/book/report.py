@@ -366,19 +366,12 @@ def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
     return {pair: dict(sorted(seeds.items())) for pair, seeds in sorted(runs.items())}
 
 
-def seed_summary(pair: str, runs: dict[int, dict], split: str = "test_2016_flickr") -> str:
-    """A direction's seeds (``runs`` as :func:`seed_reports` gives them) on ``split``, in words:
-    how many, and from two on the mean and range of their BLEU; under three, that they are too
-    few for a spread."""
+def seed_spread(runs: dict[int, dict], split: str = "test_2016_flickr") -> dict[str, float]:
+    """The BLEU on ``split`` of a direction's seeds (``runs`` as :func:`seed_reports` gives them):
+    how many, their mean, the lowest and the highest."""
     scores = [run["splits"][split]["bleu"] for run in runs.values()]
-    names = {"de": "German", "en": "English"}
-    direction = " → ".join(names.get(language, language) for language in pair.split("-"))
-    mean = statistics.fmean(scores)
-    if len(scores) == 1:
-        return f"in {direction} only the recorded seed exists so far"
-    few = ", too few yet to call that the spread" if len(scores) < 3 else ""
-    spread = f"mean {mean:.2f}, from {min(scores):.2f} to {max(scores):.2f}{few}"
-    return f"in {direction}, {len(scores)} seeds so far: {spread}"
+    return {"seeds": len(scores), "mean": statistics.fmean(scores), "min": min(scores),
+            "max": max(scores)}  # fmt: skip
 
 
 __all__ = [
@@ -395,5 +388,5 @@ __all__ = [
     "read_report",
     "TARGETS",
     "seed_reports",
-    "seed_summary",
+    "seed_spread",
 ]
