@@ -25,6 +25,7 @@ from pathlib import Path
 
 import jupytext
 import nbclient
+import nbclient.exceptions
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -100,8 +101,14 @@ def main() -> int:
     os.environ.pop("TRANSFORMER_LIB_BOOK_BUILD", None)  # the reader's settings: bars on
     os.environ["TRANSFORMER_LIB_RUNS"] = tempfile.mkdtemp(prefix="cold-runs-")
     records = []
+    failed = []
     for chapter in chapters:
-        records += audit_chapter(chapter, args.timeout)
+        try:
+            records += audit_chapter(chapter, args.timeout)
+        except nbclient.exceptions.CellExecutionError as err:  # the rest are still audited
+            failed.append(chapter.stem)
+            print(f"{chapter.stem}: a cell failed: {str(err).splitlines()[-1]}", flush=True)
+            continue
         silent = [r for r in records if r["chapter"] == chapter.stem and not r["progress"]]
         longest = max((r["seconds"] for r in silent), default=0.0)
         print(f"{chapter.stem}: longest cell without a bar {longest:.0f} s", flush=True)
@@ -117,7 +124,9 @@ def main() -> int:
     for r in long_and_silent:
         print(f"  {r['chapter']} cell {r['cell']}: {r['seconds']:.0f} s, no bar: {r['first_line']}")
     print(f"{len(long_and_silent)} cell(s) over {args.seconds:g} s without a progress bar")
-    return 1 if long_and_silent else 0
+    if failed:
+        print(f"failed before their end (not audited after the failing cell): {', '.join(failed)}")
+    return 1 if long_and_silent or failed else 0
 
 
 if __name__ == "__main__":
