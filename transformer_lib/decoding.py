@@ -491,7 +491,7 @@ def translate(
     return results
 
 
-# %% book/inference_engine.md:916 (cell 31)
+# %% book/inference_engine.md:919 (cell 31)
 from torch import Tensor
 
 from transformer_lib.onednn import (

@@ -97,7 +97,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:987 (cell 33)
+# %% book/inference_engine.md:990 (cell 33)
 def whole_sentences_attention(attention, h: Tensor, mask: Tensor | None) -> Tensor:
     """An attention module's forward over whole sentences h (B, L, d_model), its products in
     oneDNN and its attention PyTorch's fused kernel: (B, L, d_model)."""

@@ -605,7 +605,7 @@ def train(
     }
 
 
-# %% book/distributed.md:178 (cell 9)
+# %% book/distributed.md:180 (cell 9)
 def distributed_update_step(
     network: nn.Module,
     group: Sequence,

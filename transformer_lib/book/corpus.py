@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from transformer_lib.tokenizer import SPECIAL_TOKENS, BPETokenizer
 
@@ -29,12 +30,14 @@ def oov_rates(words: dict, splits: Sequence[str], min_counts=(1, 2)) -> dict:
     return rates
 
 
-def vocabulary_sweep(train_text: list[str], val_words: list[str], sizes: Sequence[int]) -> list:
+def vocabulary_sweep(
+    train_text: list[str], val_words: list[str], sizes: Sequence[int], progress: bool = False
+) -> list:
     """For each size, a vocabulary learned on ``train_text`` and its three figures: mean tokens
     per training sentence, share of ``val_words`` that are one symbol, share of learned symbols
-    used fewer than ten times in training."""
+    used fewer than ten times in training. ``progress``: a bar over the sizes."""
     val_types, sweep = sorted(set(val_words)), []
-    for size in sizes:
+    for size in tqdm(sizes, desc="vocabularies", unit="size", disable=not progress):
         candidate = BPETokenizer.train(train_text, vocab_size=size)
         encoded = candidate.encode_batch(train_text)
         uses = np.bincount([i for ids in encoded for i in ids], minlength=candidate.vocab_size)

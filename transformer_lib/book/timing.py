@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from transformer_lib.decoding import IncrementalDecoder, RerunDecoder, greedy_search, translate
 from transformer_lib.evaluation import corpus_scores
@@ -35,11 +36,14 @@ def _best_of(function, repeats: int) -> float:
 
 
 @torch.inference_mode()
-def time_generation(model, src: Tensor, lengths: Sequence[int], repeats: int = 3) -> dict:
+def time_generation(
+    model, src: Tensor, lengths: Sequence[int], repeats: int = 3, progress: bool = False
+) -> dict:
     """Seconds, the best of ``repeats``, of a teacher-forced pass over T positions and of
-    generating T tokens with each decoder, for each T of ``lengths``; ``src`` (N, S)."""
+    generating T tokens with each decoder, for each T of ``lengths``; ``src`` (N, S).
+    ``progress``: a bar over the lengths."""
     timings = {"teacher-forced pass": [], "re-running decoder": [], "incremental decoder": []}
-    for length in lengths:
+    for length in tqdm(lengths, desc="lengths", disable=not progress):
         tgt = torch.randint(4, model.config.tgt_vocab_size, (len(src), length))
         cap = torch.full((len(src),), length)
         timings["teacher-forced pass"].append(_best_of(lambda t=tgt: model(src, t), repeats))
@@ -53,7 +57,7 @@ def time_generation(model, src: Tensor, lengths: Sequence[int], repeats: int = 3
     return timings
 
 
-# %% book/translating.md:748 (cell 26)
+# %% book/translating.md:752 (cell 26)
 def search_point(
     model, tokenizer: BPETokenizer, sources: Sequence[str], references: Sequence[str], search
 ) -> dict:

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from transformer_lib.export import (
     FORMS,
@@ -110,9 +111,11 @@ def export_page_models(
     models: str | os.PathLike | None = None,
     names=PAGE_MODELS,
     served_length: int = SERVED_LENGTH,
+    progress: bool = False,
 ) -> dict:
     """Export each model the page offers from ``models`` (default :func:`models_folder`) into
-    ``out/<name>/`` and write ``out/translator.json``, the page's index of them (returned)."""
+    ``out/<name>/`` and write ``out/translator.json``, the page's index of them (returned).
+    ``progress``: a bar over the models."""
     models = Path(models) if models is not None else models_folder()
     missing = [name for name in names if not (models / name / "model.safetensors").is_file()]
     if missing:
@@ -124,7 +127,7 @@ def export_page_models(
         "served_length": served_length,
         "models": {
             name: export_model_folder(models / name, Path(out) / name, served_length)
-            for name in names
+            for name in tqdm(names, desc="page models", disable=not progress)
         },
     }
     write_json(Path(out) / "translator.json", index)
