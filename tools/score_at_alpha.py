@@ -12,7 +12,8 @@ scored, and the hypotheses in a file beside it. ``<out>`` without ``.bleu.json``
 """
 
 import argparse
-import hashlib
+import dataclasses
+import json
 import shlex
 import sys
 import time
@@ -23,11 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def score_at_alpha(name: str, alpha: float, out: Path) -> dict:
     """Translate every test set of ``name``'s report with ``alpha``; write and return the scores."""
-    import json
-
     from transformer_lib.book.report import TOKENIZED_SPLIT
-    from transformer_lib.data import load_multi30k
-    from transformer_lib.decoding import SearchConfig
+    from transformer_lib.data import load_multi30k, sha256
     from transformer_lib.evaluation import corpus_scores, evaluate_split
     from transformer_lib.pretrained import load_pretrained, model_folder
     from transformer_lib.provenance import write_json, write_text_atomically
@@ -35,11 +33,10 @@ def score_at_alpha(name: str, alpha: float, out: Path) -> dict:
     folder = model_folder(name)
     model, tokenizer = load_pretrained(folder)  # its files checked against their SHA-256
     report = json.loads((folder / "bleu.json").read_text())
-    search = SearchConfig(report["beam_size"], alpha, int(report["max_length"].split()[-1]))
+    search = dataclasses.replace(model.search, alpha=alpha)  # the report's search but alpha
     keep = ("src", "tgt", "beam_size", "max_length", "averaged_steps", "limit")
     scored = {key: report[key] for key in keep} | {"alpha": alpha, "splits": {}}
-    weights = (folder / "model.safetensors").read_bytes()
-    scored["model"] = {"folder": folder.name, "sha256": hashlib.sha256(weights).hexdigest()}
+    scored["model"] = {"folder": folder.name, "sha256": sha256(folder / "model.safetensors")}
     hypotheses_out = []
     for split in report["splits"]:
         started = time.perf_counter()
