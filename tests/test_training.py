@@ -453,14 +453,56 @@ def test_a_run_that_has_not_cooled_yet_branches_into_another_cooldown_exactly(tm
         assert_same_weights(plain, branched)
 
 
-def test_a_checkpoint_of_a_version_without_cooldowns_still_resumes(tmp_path):
+def test_a_checkpoint_of_a_version_without_cooldowns_or_compile_still_resumes(tmp_path):
     run(tmp_path, 5)
     path = tmp_path / "run/checkpoints/last.pt"
     state = torch.load(path, weights_only=True)
-    del state["config"]["training"]["cooldown_steps"]  # as checkpoints written before it lack it
+    for later in ("cooldown_steps", "compile"):  # as checkpoints written before them lack them
+        del state["config"]["training"][later]
     torch.save(state, path)
     _, summary = run(tmp_path, 10, resume=True)
     assert summary["step"] == 10
+
+
+def test_a_compiled_run_reaches_the_eager_runs_weights_to_rounding(tmp_path):
+    """compile="default" changes the kernels, not the arithmetic: without dropout (whose masks
+    compiled code draws its own way) the same updates reach the eager run's weights to rounding,
+    and the model the loop leaves behind is the eager module, with its own state dict."""
+    models = {}
+    for mode in (None, "default"):
+        torch.manual_seed(0)
+        models[mode] = ToyModel(dropout=0.0)
+        config = TrainingConfig(max_steps=6, warmup_steps=4, log_every=3, compile=mode)
+        training.train(
+            models[mode],
+            toy_batches,
+            config,
+            tmp_path / str(mode),
+            d_model=8,
+            pad_id=PAD,
+            device="cpu",
+            progress=False,
+        )
+    eager, compiled = (models[mode].state_dict() for mode in (None, "default"))
+    assert list(compiled) == list(eager)  # no wrapper's prefix in the checkpoints' keys
+    start = ToyModel(dropout=0.0).state_dict()
+    for name, weight in eager.items():
+        assert not torch.equal(weight, start[name]), name  # trained, so the check means something
+        torch.testing.assert_close(compiled[name], weight, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"compile": "reduce-overhead"}, "CUDA graphs need one batch shape"),
+        ({"compile": "fast"}, "choose None"),
+        ({"compile": "default", "products": "onednn"}, "choose one of the two"),
+    ],
+)
+def test_a_compile_mode_the_loop_cannot_use_is_refused_before_any_file(tmp_path, changes, message):
+    with pytest.raises(ValueError, match=message):
+        run(tmp_path, 2, **changes)
+    assert not (tmp_path / "run").exists()
 
 
 def read_records(folder: Path) -> list[dict]:

@@ -71,6 +71,9 @@ class TrainingConfig:
         seed (int): seeds Python, NumPy and PyTorch (plus the rank, for dropout).
         bf16 (bool): bf16 autocast on CUDA; the CPU always trains in float32.
         products (str | None): ``"onednn"``: a CPU's linear layers by oneDNN (chapter Performance).
+        compile (str | None): a ``torch.compile`` mode for the updates (``"default"`` or
+            ``"max-autotune-no-cudagraphs"``): fused kernels, the same arithmetic to rounding
+            but dropout masks of its own; None: eager (chapter Performance measures it).
     """
 
     max_steps: int = 100_000  # optimizer updates; the paper's base model trains for 100k
@@ -90,13 +93,14 @@ class TrainingConfig:
     seed: int = 0  # seeds Python, NumPy and PyTorch (plus the rank, for dropout)
     bf16: bool = True  # bf16 autocast on CUDA; the CPU always trains in float32
     products: str | None = None  # "onednn": a CPU's linear layers by oneDNN (chapter "Performance")
+    compile: str | None = None  # a torch.compile mode for the updates; None: eager
 
 
 # Settings that may change when a run is resumed: how far it goes and how it reports.
 RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
 
 
-# %% book/training.md:398 (cell 23)
+# %% book/training.md:402 (cell 23)
 def backward_batch(
     network: nn.Module,
     batch,
@@ -489,7 +493,29 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
         save_checkpoint(state, folder / "last.pt")
 
 
-# %% book/training_loop.md:484 (cell 14)
+# %% book/training_loop.md:489 (cell 14)
+# torch.compile's modes that fuse kernels without recording CUDA graphs (one graph per shape).
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+
+
+def compile_mode(config: TrainingConfig) -> str | None:
+    """``config.compile`` once checked: a mode of ``COMPILE_MODES``, or None for eager."""
+    if config.compile is None:
+        return None
+    if config.compile not in COMPILE_MODES:
+        raise ValueError(
+            f"compile={config.compile!r}: choose None (eager) or one of {COMPILE_MODES}; modes "
+            "with CUDA graphs need one batch shape, and the batches vary with their sentences"
+        )
+    if config.products is not None:
+        raise ValueError(
+            f"compile={config.compile!r} with products={config.products!r}: oneDNN's products "
+            "are computed outside torch.compile; choose one of the two"
+        )
+    return config.compile
+
+
+# %% book/training_loop.md:514 (cell 16)
 def train(
     model: nn.Module,
     batches: Callable[[int], Sequence],
@@ -560,13 +586,14 @@ def train(
         FileNotFoundError: ``resume`` without ``checkpoints/last.pt``.
         CheckpointError: the checkpoint to resume is unreadable, differs from this call in a
             setting that may not change, or was written by another number of processes.
-        ValueError: ``batches(epoch)`` returned no batch.
+        ValueError: ``batches(epoch)`` returned no batch, or a ``compile`` mode it cannot use.
 
     Shape:
         B the batch, S the source length, T the target length, V the target vocabulary.
     """
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     products = onednn_products(config.products, device)  # None: PyTorch's (chapter Performance)
+    mode = compile_mode(config)  # checked before a file is written
     settings = {
         "training": jsonable(config),
         "model": jsonable(model_config) if model_config is not None else None,
@@ -578,6 +605,8 @@ def train(
     else:
         _start(run)
     network = distributed.wrap(model, device)  # after _resume: DDP copies rank 0's weights
+    if mode is not None:  # the updates' calls only: `model` stays eager (see compile_mode)
+        network = torch.compile(network, mode=mode, dynamic=True)
     autocast = products or torch.autocast(
         device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and config.bf16
     )
@@ -648,6 +677,8 @@ __all__ = [
     "update_step",
     "evaluate_loss",
     "resumable_changes",
+    "COMPILE_MODES",
+    "compile_mode",
     "train",
     "distributed_update_step",
 ]

@@ -22,6 +22,9 @@
 #   7. bash tools/gpu/perf.sh resume               (~2 min: does a stopped and resumed run reach
 #                                                   the weights of an unbroken one on the GPU,
 #                                                   with and without deterministic algorithms)
+#   8. bash tools/gpu/perf.sh loop                 (~5 min: the `full` profile's training loop,
+#                                                   eager against torch.compile and against
+#                                                   other attention kernels, 300 updates each)
 # Each step stops itself before 10 minutes; a step that overran leaves its log under $OUT/logs
 # but no JSON.
 # The manifests name the commit of the code: from git in a checkout, otherwise from
@@ -42,7 +45,7 @@ PYTHON="${PYTHON:-python3}"
 source "$(dirname "$0")/environment.sh"  # the pinned tokenizers and sacrebleu, or a stop
 
 if [ "$#" -eq 0 ]; then
-    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding profile graphs resume)" >&2
+    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding profile graphs resume loop)" >&2
     exit 2
 fi
 if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
@@ -104,13 +107,17 @@ for name in "$@"; do
             step graphs 540 benchmarks/train_step.py --device cuda --size base --compile graphs \
                 --no-memory --name train_step_graphs --out "$results"
             ;;
+        loop)  # the full profile's own loop: eager, compiled, other attention kernels
+            step loop 330 benchmarks/train_loop.py --device cuda --size full --updates 300 \
+                --out "$results"
+            ;;
         resume)  # exact resumption of the ci profile's recipe, as it trains and deterministic
             step resume 240 benchmarks/resume.py --device cuda --size ci --out "$results"
             step resume-deterministic 240 benchmarks/resume.py --device cuda --size ci \
                 --deterministic --out "$results"
             ;;
         *)
-            echo "unknown step $name: choose among check train_step compile scaling attention decoding profile graphs resume" >&2
+            echo "unknown step $name: choose among check train_step compile scaling attention decoding profile graphs resume loop" >&2
             exit 2
             ;;
     esac
