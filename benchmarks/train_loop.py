@@ -11,7 +11,8 @@ a fresh model from the same seed, once a round, the candidates in turns within e
 that whatever else the machine does slows them alike). A candidate's speed is the median
 ``tokens_per_s`` of its logged windows after the first two (compilation and warm-up happen
 there); its first window's seconds show what compiling costs a run, and its last training loss
-that it trains the same model.
+that it trains the same model. The file is written after every round, so that a run cut off by
+a time limit keeps the rounds it finished (``rounds_done``).
 
 Run: ``python benchmarks/train_loop.py --device cuda [--size full] [--updates 400]``; it writes
 ``results/perf-<device>/train_loop.json`` (``tools/gpu/perf.sh loop`` runs it).
@@ -119,13 +120,16 @@ def main(argv: list[str] | None = None) -> dict:
                     f"round {number + 1} {name:36} {found['tokens_per_s']:10,.0f} tokens/s  "
                     f"first window {found['first_window_s']:6.1f} s  loss {found['last_loss']:.3f}"
                 )
-    results = report(runs, args, named.training.bf16 and device.type == "cuda")
-    common.save(args, device, "train_loop", results)
+            # Saved after every round: a run cut off by its time limit keeps its whole rounds.
+            results = report(runs, args, named.training.bf16 and device.type == "cuda")
+            results["rounds_done"] = number + 1
+            common.save(args, device, "train_loop", results)
     return results
 
 
 def report(runs: dict[str, list[dict]], args: argparse.Namespace, bf16: bool) -> dict:
     """Each candidate's median over the rounds, and its ratio against eager."""
+    runs = {name: found for name, found in runs.items() if found}  # a round cut short: none yet
     results: dict = {"profile": args.size, "updates": args.updates, "bf16": bf16, "runs": runs}
     speeds = {
         name: statistics.median(r["tokens_per_s"] for r in found) for name, found in runs.items()

@@ -25,6 +25,7 @@ import peers  # noqa: E402
 import profile_step  # noqa: E402
 import resume  # noqa: E402
 import scaling  # noqa: E402
+import train_loop  # noqa: E402
 import train_step  # noqa: E402
 
 
@@ -369,3 +370,37 @@ def test_the_resume_check_reports_a_difference():
     assert resume.largest_differences(run, run)["identical"]
     with pytest.raises(AssertionError, match="2 logged losses against 1"):
         resume.largest_differences(run, {**other, "losses": [2.0]})
+
+
+@pytest.mark.slow
+def test_the_loop_benchmark_reads_each_runs_speed_from_its_own_metrics(tmp_path):
+    """One round of the ci profile's eager loop: its speed is the median of the windows after
+    the warm ones, read back from the run's own metrics.jsonl, and the file holds the round."""
+    arguments = ["--size", "ci", "--updates", "150", "--rounds", "1", "--only", "eager"]
+    results = train_loop.main([*arguments, "--out", str(tmp_path)])
+    written = json.loads((tmp_path / "train_loop.json").read_text())
+    assert written["results"] == results and results["rounds_done"] == 1
+    (run,) = results["runs"]["eager"]
+    assert run["tokens_per_s"] > 0 and run["wall_s"] > run["first_window_s"] > 0
+    assert results["tokens_per_s"]["eager"] == run["tokens_per_s"]
+    assert results["comparisons"] == []  # nothing beside eager to compare
+
+
+def test_the_loop_benchmark_compares_each_candidate_with_eager():
+    args = train_loop.argparse.Namespace(size="full", updates=300)
+    runs = {"eager": [{"tokens_per_s": 100.0}, {"tokens_per_s": 120.0}]}
+    runs["torch.compile"] = [{"tokens_per_s": 150.0}, {"tokens_per_s": 180.0}]
+    runs["eager, written-out attention"] = []  # a round cut short before it ran
+    results = train_loop.report(runs, args, bf16=True)
+    assert list(results["runs"]) == ["eager", "torch.compile"]
+    (comparison,) = results["comparisons"]
+    assert comparison["ratio"] == pytest.approx(165.0 / 110.0)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [(["--updates", "100"], "--updates must be at least 150"), (["--only", "jit"], "unknown")],
+)
+def test_the_loop_benchmark_refuses_bad_switches(arguments, message):
+    done = run_script("benchmarks/train_loop.py", "--no-save", "--size", "ci", *arguments)
+    assert done.returncode == 2 and message in done.stderr, done.stderr

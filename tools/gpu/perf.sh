@@ -22,9 +22,10 @@
 #   7. bash tools/gpu/perf.sh resume               (~2 min: does a stopped and resumed run reach
 #                                                   the weights of an unbroken one on the GPU,
 #                                                   with and without deterministic algorithms)
-#   8. bash tools/gpu/perf.sh loop                 (~5 min: the `full` profile's training loop,
+#   8. bash tools/gpu/perf.sh loop                 (~6-9 min: the `full` profile's training loop,
 #                                                   eager against torch.compile and against
-#                                                   other attention kernels, 300 updates each)
+#                                                   other attention kernels, 300 updates each;
+#                                                   compiling cold took 208 s on an H200)
 # Each step stops itself before 10 minutes; a step that overran leaves its log under $OUT/logs
 # but no JSON.
 # The manifests name the commit of the code: from git in a checkout, otherwise from
@@ -108,7 +109,7 @@ for name in "$@"; do
                 --no-memory --name train_step_graphs --out "$results"
             ;;
         loop)  # the full profile's own loop: eager, compiled, other attention kernels
-            step loop 330 benchmarks/train_loop.py --device cuda --size full --updates 300 \
+            step loop 540 benchmarks/train_loop.py --device cuda --size full --updates 300 \
                 --out "$results"
             ;;
         resume)  # exact resumption of the ci profile's recipe, as it trains and deterministic
