@@ -350,3 +350,20 @@ def test_evaluate_unknown_split_is_one_line(checkpoint):
     result = run("evaluate", "--checkpoint", str(checkpoint), "--split", "test_2099")
     assert result.returncode == 2 and "test_2099" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag,mode", [(["--compile"], "default"), ([], None)])
+def test_train_compile_reaches_the_recipe(tmp_path, monkeypatch, flag, mode):
+    """--compile asks the recipe for torch.compile's default mode; without it the profile's."""
+    from transformer_lib import cli, recipe
+
+    calls = []
+
+    def recorded(*args, **kwargs):
+        calls.append(kwargs)
+        return {"step": 1, "wall_s": 0.0, "valid": None, "finished": True}
+
+    monkeypatch.setattr(recipe, "train_translation", recorded)
+    argv = ["train", "--profile", "ci", "--src", "de", "--tgt", "en", "--out", str(tmp_path / "r")]
+    assert cli.main([*argv, *flag]) == 0
+    assert calls[0]["compile_mode"] == mode

@@ -491,6 +491,15 @@ def test_a_compiled_run_reaches_the_eager_runs_weights_to_rounding(tmp_path):
         torch.testing.assert_close(compiled[name], weight, rtol=1e-5, atol=1e-6)
 
 
+def test_a_run_may_continue_compiled_and_stop_compiling_again(tmp_path):
+    """compile is a resumable change: the kernels differ, the recipe does not."""
+    run(tmp_path, 3)
+    _, summary = run(tmp_path, 6, resume=True, compile="default")
+    assert summary["step"] == 6
+    _, summary = run(tmp_path, 8, resume=True)
+    assert summary["step"] == 8
+
+
 @pytest.mark.parametrize(
     "changes,message",
     [

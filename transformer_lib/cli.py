@@ -87,6 +87,13 @@ def add_train_command(commands) -> None:
     command.add_argument("--max-steps", type=int, help="train to this many updates instead")
     command.add_argument("--seed", type=int, help="another seed than the profile's")
     command.add_argument(
+        "--compile",
+        action="store_const",
+        const="default",
+        help="compile the updates with torch.compile: pays on a GPU once a run outlasts the "
+        "compilation (chapter Performance)",
+    )
+    command.add_argument(
         "--time-limit", type=float, help="stop after this many seconds, ready for --resume"
     )
     command.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
@@ -177,6 +184,7 @@ def run_train(args: argparse.Namespace) -> int:
             resume=args.resume,
             max_steps=args.max_steps,
             seed=args.seed,
+            compile_mode=args.compile,
             time_limit=args.time_limit,
             device=device,
             progress=not args.quiet,
@@ -194,7 +202,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:500 (cell 19)
+# %% book/command_line.md:508 (cell 19)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -221,7 +229,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:602 (cell 23)
+# %% book/command_line.md:610 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -349,7 +357,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:770 (cell 27)
+# %% book/command_line.md:778 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

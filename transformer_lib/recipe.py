@@ -238,6 +238,7 @@ def train_translation(
     resume: bool = False,
     max_steps: int | None = None,
     seed: int | None = None,
+    compile_mode: str | None = None,
     time_limit: float | None = None,
     device: str | torch.device | None = None,
     progress: bool = True,
@@ -270,6 +271,8 @@ def train_translation(
         max_steps: replaces the profile's number of updates.
         seed: replaces the profile's seed (initial weights, batch order, dropout): another
             run of the same recipe, to measure how much of a score is the seed.
+        compile_mode: a ``torch.compile`` mode for the updates (``TrainingConfig.compile``,
+            e.g. ``"default"``); None keeps the profile's (eager). A resumed run may change it.
         time_limit: seconds after which this call stops, with a checkpoint to resume from.
         device: where to train; None: CUDA if available, else the CPU.
         progress: show a tqdm bar.
@@ -299,6 +302,8 @@ def train_translation(
         training = dataclasses.replace(training, max_steps=max_steps)
     if seed is not None:
         training = dataclasses.replace(training, seed=seed)
+    if compile_mode is not None:
+        training = dataclasses.replace(training, compile=compile_mode)
     # The data is read and checked before any other work.
     train_pairs, valid_pairs, metadata = _read_pairs(src, tgt, name, data_dir, corpus)
     _writable_folder(out)
@@ -347,7 +352,7 @@ def train_translation(
     )
 
 
-# %% book/runs.md:733 (cell 18)
+# %% book/runs.md:738 (cell 18)
 def library_hash() -> str:
     """A hash of every module of the library: the identity of the code that trains a run.
 

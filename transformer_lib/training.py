@@ -96,11 +96,14 @@ class TrainingConfig:
     compile: str | None = None  # a torch.compile mode for the updates; None: eager
 
 
-# Settings that may change when a run is resumed: how far it goes and how it reports.
-RESUMABLE_CHANGES = frozenset({"max_steps", "log_every", "checkpoint_every", "keep_checkpoints"})
+# Settings that may change when a run is resumed: how far it goes, how it reports, and whether
+# its updates are compiled (the kernels change, not the recipe: a run may continue compiled).
+RESUMABLE_CHANGES = frozenset(
+    {"max_steps", "log_every", "checkpoint_every", "keep_checkpoints", "compile"}
+)
 
 
-# %% book/training.md:402 (cell 23)
+# %% book/training.md:405 (cell 23)
 def backward_batch(
     network: nn.Module,
     batch,
