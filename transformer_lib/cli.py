@@ -243,7 +243,9 @@ def _add_search_options(command) -> None:
     command.add_argument(
         "--extra-length", type=int, help="output tokens beyond the input's (default: the model's)"
     )
-    command.add_argument("--batch-size", type=int, default=64, help="sentences decoded at once")
+    command.add_argument(
+        "--batch-size", type=int, help="sentences decoded at once (default: the search's, 256)"
+    )
     command.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
     command.add_argument(
         "--engine",
@@ -357,7 +359,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:778 (cell 27)
+# %% book/command_line.md:780 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

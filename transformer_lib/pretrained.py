@@ -253,7 +253,7 @@ def load_pretrained(
         >>> model.run["src"], model.run["tgt"], model.config.d_model
         ('de', 'en', 192)
         >>> model.search
-        SearchConfig(beam_size=4, alpha=1.8, extra_length=50, batch_size=64)
+        SearchConfig(beam_size=4, alpha=1.8, extra_length=50, batch_size=256)
         >>> translate(model, tokenizer, ["Ein Mann fährt Fahrrad."])
         ['A man is riding a bicycle.']
     """
