@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:265 (cell 9)
+# %% book/command_line.md:267 (cell 9)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -202,7 +202,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:508 (cell 19)
+# %% book/command_line.md:510 (cell 19)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -229,7 +229,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:610 (cell 23)
+# %% book/command_line.md:612 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -359,7 +359,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:780 (cell 27)
+# %% book/command_line.md:782 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
