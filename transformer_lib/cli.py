@@ -86,13 +86,8 @@ def add_train_command(commands) -> None:
     command.add_argument("--resume", action="store_true", help="continue from checkpoints/last.pt")
     command.add_argument("--max-steps", type=int, help="train to this many updates instead")
     command.add_argument("--seed", type=int, help="another seed than the profile's")
-    command.add_argument(
-        "--compile",
-        action="store_const",
-        const="default",
-        help="compile the updates with torch.compile: pays on a GPU once a run outlasts the "
-        "compilation (chapter Performance)",
-    )
+    compile_help = "run the updates through torch.compile (chapter Performance: when it pays)"
+    command.add_argument("--compile", action="store_const", const="default", help=compile_help)
     command.add_argument(
         "--time-limit", type=float, help="stop after this many seconds, ready for --resume"
     )
@@ -202,7 +197,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:510 (cell 19)
+# %% book/command_line.md:505 (cell 19)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -229,7 +224,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:612 (cell 23)
+# %% book/command_line.md:607 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -359,7 +354,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:782 (cell 27)
+# %% book/command_line.md:777 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",
