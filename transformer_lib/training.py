@@ -496,7 +496,7 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
         save_checkpoint(state, folder / "last.pt")
 
 
-# %% book/training_loop.md:489 (cell 14)
+# %% book/training_loop.md:492 (cell 14)
 # torch.compile's modes that fuse kernels without recording CUDA graphs (one graph per shape).
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
@@ -518,7 +518,7 @@ def compile_mode(config: TrainingConfig) -> str | None:
     return config.compile
 
 
-# %% book/training_loop.md:514 (cell 16)
+# %% book/training_loop.md:517 (cell 16)
 def train(
     model: nn.Module,
     batches: Callable[[int], Sequence],
