@@ -23,7 +23,7 @@ from transformer_lib.decoding import (
 )
 from transformer_lib.engine import EngineError, make_translator
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.onednn import OneDNNError, onednn_linear
+from transformer_lib.onednn import OneDNNError, PackedWeights, onednn_linear
 from transformer_lib.pretrained import save_pretrained
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 
@@ -291,3 +291,24 @@ def test_a_pytorch_without_onednn_is_refused_in_one_sentence(tmp_path, monkeypat
         train(ToyModel(), toy_batches, TrainingConfig(max_steps=1, products="onednn"),
               tmp_path / "run", d_model=8, pad_id=0, device="cpu", progress=False)  # fmt: skip
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_packed_weights_compute_the_linear_layer_and_reorder_each_weight_once(relu):
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(7, 3, 16), torch.randn(24, 16), torch.randn(24)
+    expected = torch.nn.functional.linear(x, weight, bias)
+    expected = expected.relu() if relu else expected
+    linear = PackedWeights()
+    for _ in range(2):  # the second call reads the copy the first one made
+        torch.testing.assert_close(linear(x, weight, bias, relu=relu), expected)
+    if linear.reorder is not None:
+        assert list(linear.packed) == [id(weight)]
+
+
+def test_packed_weights_multiply_the_plain_weight_without_the_reordering_operator():
+    torch.manual_seed(0)
+    x, weight = torch.randn(5, 8), torch.randn(6, 8)
+    linear = PackedWeights()
+    linear.reorder = None  # as in a PyTorch without it
+    assert torch.equal(linear(x, weight), onednn_linear(x, weight)) and not linear.packed

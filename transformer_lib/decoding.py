@@ -499,9 +499,9 @@ from torch import Tensor
 
 from transformer_lib.onednn import (
     OneDNNError,
+    PackedWeights,
     attend_written_out,
     onednn_feed_forward,
-    onednn_linear,
     require_onednn,
     whole_sentences_attention,
 )
@@ -521,6 +521,7 @@ class OneDNNDecoder(SentenceGroupedDecoder):
                 f"the onednn engine runs float32 weights on the CPU; this model is "
                 f"{weight.dtype} on {weight.device}: use the default engine"
             )
+        self.linear = PackedWeights()  # each weight reordered for oneDNN once per batch
         super().__init__(model, src, src_mask)
 
     def encode(self, src: Tensor) -> Tensor:
@@ -531,16 +532,18 @@ class OneDNNDecoder(SentenceGroupedDecoder):
         for layer in encoder.layers:  # the layer's wiring, our sub-layers
             x = layer.connect(
                 x,
-                lambda h, a=layer.self_attn: whole_sentences_attention(a, h, self.src_mask),
-                lambda h, f=layer.feed_forward: onednn_feed_forward(f, h),
+                lambda h, a=layer.self_attn: whole_sentences_attention(
+                    a, h, self.src_mask, self.linear
+                ),
+                lambda h, f=layer.feed_forward: onednn_feed_forward(f, h, self.linear),
             )  # (n, S, d_model)
         return encoder.norm(x)
 
     def self_attention(self, i: int, h: Tensor) -> Tensor:
         attention = self.model.decoder.layers[i].self_attn
-        q, k, v = attention.project_qkv(h, onednn_linear)  # (N, h, 1, d_k), (..), (N, h, 1, d_v)
+        q, k, v = attention.project_qkv(h, self.linear)  # (N, h, 1, d_k), (..), (N, h, 1, d_v)
         k, v = self.remember(i, k, v)  # (N, h, t, d_k), (N, h, t, d_v), kept per row
-        return attend_written_out(attention, q, k, v, None)
+        return attend_written_out(attention, q, k, v, None, self.linear)
 
     def cross_attention(self, i: int, h: Tensor) -> Tensor:
         attention, (keys, values) = self.model.decoder.layers[i].cross_attn, self.cross_kv[i]
@@ -549,16 +552,15 @@ class OneDNNDecoder(SentenceGroupedDecoder):
             h = h.view(len(mask), -1, attention.d_model)  # (n, k, d_model)
         else:
             keys, values, mask = (t.index_select(0, self.sentence) for t in (keys, values, mask))
-        out = attend_written_out(
-            attention, attention.project_q(h, onednn_linear), keys, values, mask
-        )
+        q = attention.project_q(h, self.linear)
+        out = attend_written_out(attention, q, keys, values, mask, self.linear)
         return out.view(-1, 1, attention.d_model)  # (N, 1, d_model)
 
     def feed_forward(self, i: int, h: Tensor) -> Tensor:
-        return onednn_feed_forward(self.model.decoder.layers[i].feed_forward, h)
+        return onednn_feed_forward(self.model.decoder.layers[i].feed_forward, h, self.linear)
 
     def logits(self, h: Tensor) -> Tensor:
-        return onednn_linear(h, self.model.generator.weight)
+        return self.linear(h, self.model.generator.weight)
 
 
 __all__ = [

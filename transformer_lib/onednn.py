@@ -97,22 +97,47 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:990 (cell 33)
-def whole_sentences_attention(attention, h: Tensor, mask: Tensor | None) -> Tensor:
-    """An attention module's forward over whole sentences h (B, L, d_model), its products in
-    oneDNN and its attention PyTorch's fused kernel: (B, L, d_model)."""
-    q, k, v = attention.project_qkv(h, onednn_linear)  # (B, h, L, d_k), (..), (B, h, L, d_v)
+# %% book/inference_engine.md:996 (cell 33)
+class PackedWeights:
+    """``onednn_linear`` with each weight reordered once into oneDNN's own layout, on its first
+    call, and the reordered copy used from then on. For inference: a weight changed afterwards
+    is not seen, so make a new one after training. Where PyTorch lacks the reordering operator
+    it multiplies the plain weight."""
+
+    def __init__(self):
+        self.packed: dict[int, tuple[Tensor, Tensor]] = {}  # id -> (weight, its reordered copy)
+        self.reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
+
+    def __call__(self, x: Tensor, weight: Tensor, bias=None, relu: bool = False) -> Tensor:
+        if self.reorder is None:
+            return onednn_linear(x, weight, bias, relu)
+        if id(weight) not in self.packed:  # the weight is kept too, so that its id stays its own
+            self.packed[id(weight)] = weight, self.reorder(weight, None)
+        packed = self.packed[id(weight)][1]
+        return torch.ops.mkldnn._linear_pointwise(
+            x, packed, bias, "relu" if relu else "none", [], ""
+        )
+
+
+def whole_sentences_attention(
+    attention, h: Tensor, mask: Tensor | None, linear=onednn_linear
+) -> Tensor:
+    """An attention module's forward over whole sentences h (B, L, d_model), its products by
+    ``linear`` (oneDNN's) and its attention PyTorch's fused kernel: (B, L, d_model)."""
+    q, k, v = attention.project_qkv(h, linear)  # (B, h, L, d_k), (..), (B, h, L, d_v)
     out = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, scale=attention.scale
     )
-    return attention.merge_heads(out, onednn_linear)  # (B, L, d_model)
+    return attention.merge_heads(out, linear)  # (B, L, d_model)
 
 
-def attend_written_out(attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+def attend_written_out(
+    attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, linear=onednn_linear
+) -> Tensor:
     """The heads' attention written out: queries q (B, h, L_q, d_k) over keys and values
-    (B, h, L_k, .), then W^O: (B, L_q, d_model). ``bmm`` reads the keys transposed where the
-    cache holds them, so that nothing the size of the cache is copied; every query has a key
-    to attend to."""
+    (B, h, L_k, .), then W^O by ``linear``: (B, L_q, d_model). ``bmm`` reads the keys
+    transposed where the cache holds them, so that nothing the size of the cache is copied;
+    every query has a key to attend to."""
     b, heads, queries, d_k = q.shape
     scale = attention.scale if attention.scale is not None else d_k**-0.5
     scores = torch.bmm((q * scale).flatten(0, 1), k.flatten(0, 1).transpose(1, 2))
@@ -120,13 +145,14 @@ def attend_written_out(attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor 
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     out = torch.bmm(scores.softmax(dim=-1).flatten(0, 1), v.flatten(0, 1))
-    return attention.merge_heads(out.view(b, heads, queries, -1), onednn_linear)
+    return attention.merge_heads(out.view(b, heads, queries, -1), linear)
 
 
-def onednn_feed_forward(network, h: Tensor) -> Tensor:
-    """FFN(h) = max(0, h W_1 + b_1) W_2 + b_2 (§3.3), the ReLU fused into the first product."""
-    hidden = onednn_linear(h, network.linear_1.weight, network.linear_1.bias, relu=True)
-    return onednn_linear(hidden, network.linear_2.weight, network.linear_2.bias)
+def onednn_feed_forward(network, h: Tensor, linear=onednn_linear) -> Tensor:
+    """FFN(h) = max(0, h W_1 + b_1) W_2 + b_2 (§3.3), the ReLU fused into the first product,
+    both by ``linear`` (oneDNN's)."""
+    hidden = linear(h, network.linear_1.weight, network.linear_1.bias, relu=True)
+    return linear(hidden, network.linear_2.weight, network.linear_2.bias)
 
 
 __all__ = [
@@ -135,6 +161,7 @@ __all__ = [
     "onednn_linear",
     "OneDNNProducts",
     "onednn_products",
+    "PackedWeights",
     "whole_sentences_attention",
     "attend_written_out",
     "onednn_feed_forward",
