@@ -309,9 +309,9 @@ class SearchConfig:
     beam_size: int = 4  # 1: greedy search
     alpha: float = 0.6  # the length penalty's exponent (Wu et al., 2016)
     extra_length: int = 50  # an output may be this many tokens longer than its input
-    # Sentences searched together: on two CPU threads 256 translated the shipped models' test set
-    # 1.2-1.3 times as fast as 64, into the same lines (chapter "Decoding against an inference
-    # engine" records the default against CTranslate2's best batch).
+    # Sentences searched together: larger batches give each of a step's operators more work and
+    # leave the interpreter between them less of the time (chapter "Decoding against an
+    # inference engine" records this default against CTranslate2's best batch).
     batch_size: int = 256
 
     def __post_init__(self):
