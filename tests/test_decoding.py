@@ -83,6 +83,36 @@ def test_beam_of_one_is_greedy(seed):
     assert [h.tokens for h in beam] == greedy
 
 
+class CountingState(ToyState):
+    """ToyState that never gives </s> (each sentence stops at its limit) and records the rows of
+    the state before each select and the rows it keeps."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.selects: list[tuple[int, int]] = []
+
+    def step(self, tokens):
+        logits = super().step(tokens)
+        logits[:, EOS] = float("-inf")
+        return logits
+
+    def select(self, rows):
+        self.selects.append((len(self.h), len(rows)))
+        super().select(rows)
+
+
+def test_greedy_drops_finished_rows_once_they_are_a_quarter_of_the_state():
+    """Sentences finish one at a time (their limits 1..12): each drop removes at least a
+    quarter of the rows, and the last one empties the state."""
+    max_lengths = torch.arange(1, 13)
+    state = CountingState(12, vocab=5, seed=0)
+    outputs = greedy_search(state, BOS, EOS, max_lengths)
+    assert [len(tokens) for tokens in outputs] == max_lengths.tolist()
+    assert state.selects and state.selects[-1][1] == 0
+    assert all(before - after >= before / 4 for before, after in state.selects)
+    assert len(state.selects) < 12  # not one select per finished sentence
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_batched_greedy_equals_one_sentence_at_a_time(seed):
     """Dropping finished rows from the state must not change the other sentences."""

@@ -184,14 +184,17 @@ class MultiHeadAttention(nn.Module):
         e, bias = self.n_heads * self.d_k, self.in_proj.bias
         return self.split_heads(linear(query, self.in_proj.weight[:e], _rows(bias, 0, e)), self.d_k)
 
-    def project_kv(self, key: Tensor, value: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def project_kv(
+        self, key: Tensor, value: Tensor | None = None, linear=F.linear
+    ) -> tuple[Tensor, Tensor]:
         """The keys and values of another sequence (the encoder's output, ``memory``), for
         encoder-decoder attention: two products, W^K and W^V, of ``key`` (B, L_k, d_model) and of
-        ``value`` (the same tensor by default). Returns (B, h, L_k, d_k), (B, h, L_k, d_v)."""
+        ``value`` (the same tensor by default), by ``linear(x, weight, bias)``. Returns
+        (B, h, L_k, d_k), (B, h, L_k, d_v)."""
         value = key if value is None else value
         e, weight, bias = self.n_heads * self.d_k, self.in_proj.weight, self.in_proj.bias
-        k = self.split_heads(F.linear(key, weight[e : 2 * e], _rows(bias, e, 2 * e)), self.d_k)
-        v = self.split_heads(F.linear(value, weight[2 * e :], _rows(bias, 2 * e, None)), self.d_v)
+        k = self.split_heads(linear(key, weight[e : 2 * e], _rows(bias, e, 2 * e)), self.d_k)
+        v = self.split_heads(linear(value, weight[2 * e :], _rows(bias, 2 * e, None)), self.d_v)
         return k, v  # (B, h, L_k, d_k), (B, h, L_k, d_v)
 
     def forward(

@@ -97,7 +97,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:996 (cell 33)
+# %% book/inference_engine.md:1019 (cell 34)
 class PackedWeights:
     """``onednn_linear`` with each weight reordered once into oneDNN's own layout, on its first
     call, and the reordered copy used from then on. For inference: a weight changed afterwards
@@ -105,15 +105,18 @@ class PackedWeights:
     it multiplies the plain weight."""
 
     def __init__(self):
-        self.packed: dict[int, tuple[Tensor, Tensor]] = {}  # id -> (weight, its reordered copy)
+        self.packed: dict[tuple, tuple[Tensor, Tensor]] = {}  # key -> (weight, reordered copy)
         self.reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
 
     def __call__(self, x: Tensor, weight: Tensor, bias=None, relu: bool = False) -> Tensor:
         if self.reorder is None:
             return onednn_linear(x, weight, bias, relu)
-        if id(weight) not in self.packed:  # the weight is kept too, so that its id stays its own
-            self.packed[id(weight)] = weight, self.reorder(weight, None)
-        packed = self.packed[id(weight)][1]
+        # Known by where its numbers lie, not by the tensor object: a slice such as W^Q of
+        # in_proj is a new tensor at every call. The weight is kept, so the memory stays its own.
+        key = (weight.data_ptr(), weight.shape, weight.stride())
+        if key not in self.packed:
+            self.packed[key] = weight, self.reorder(weight, None)
+        packed = self.packed[key][1]
         return torch.ops.mkldnn._linear_pointwise(
             x, packed, bias, "relu" if relu else "none", [], ""
         )
@@ -155,6 +158,35 @@ def onednn_feed_forward(network, h: Tensor, linear=onednn_linear) -> Tensor:
     return linear(hidden, network.linear_2.weight, network.linear_2.bias)
 
 
+def onednn_encoder(encoder, src: Tensor, mask: Tensor, linear=onednn_linear) -> Tensor:
+    """``Encoder.forward`` of ``src`` (g, S) under the source mask ``mask`` (g, 1, 1, S), its
+    products by ``linear`` (oneDNN's) and its attention PyTorch's fused kernel (whole sentences
+    at once, the case that kernel is built for): (g, S, d_model)."""
+    x = encoder.positions(encoder.embeddings(src))
+    for layer in encoder.layers:  # the layer's wiring, our sub-layers
+        x = layer.connect(
+            x,
+            lambda h, a=layer.self_attn: whole_sentences_attention(a, h, mask, linear),
+            lambda h, f=layer.feed_forward: onednn_feed_forward(f, h, linear),
+        )  # (g, S, d_model)
+    return encoder.norm(x)
+
+
+def encode_in_groups(encode, src: Tensor, mask: Tensor, group: int) -> Tensor:
+    """The memory (n, S, d_model) of ``src`` (n, S) under ``mask`` (n, 1, 1, S), ``encode(src,
+    mask)`` called on ``group`` sentences at a time, each group cut to its own longest sentence.
+    Past a group's longest sentence the memory is zeros, which the mask hides."""
+    memory = None
+    for start in range(0, len(src), group):
+        rows = slice(start, start + group)
+        width = int(mask[rows].flatten(0, -2).any(0).nonzero().max()) + 1  # then padding only
+        part = encode(src[rows, :width], mask[rows, ..., :width])  # (g, width, d_model)
+        if memory is None:
+            memory = part.new_zeros(len(src), src.shape[1], part.shape[-1])
+        memory[rows, :width] = part
+    return memory
+
+
 __all__ = [
     "OneDNNError",
     "require_onednn",
@@ -165,4 +197,6 @@ __all__ = [
     "whole_sentences_attention",
     "attend_written_out",
     "onednn_feed_forward",
+    "onednn_encoder",
+    "encode_in_groups",
 ]
