@@ -227,6 +227,27 @@ def test_incremental_logits_equal_rerunning_the_decoder(state, changes, seed):
             tokens = torch.randint(3, 23, (rows,), generator=g)
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no gradient", "with gradients"])
+def test_select_copies_the_cache_into_room_the_next_step_fills(grad):
+    """Two selects in a row, then steps: the logits stay the re-running decoder's; without
+    gradients the copy is one position longer and the step writes there, with them (``out=``
+    has none) the step appends."""
+    model, src = random_model(4), padded_sources(4)
+    g = torch.Generator().manual_seed(4)
+    with torch.set_grad_enabled(grad):
+        fast, slow = IncrementalDecoder(model, src), RerunDecoder(model, src)
+        tokens = torch.full((4,), BOS_ID, dtype=torch.long)
+        for step in range(6):
+            torch.testing.assert_close(fast.step(tokens), slow.step(tokens), atol=1e-5, rtol=1e-5)
+            assert all(keys.shape[2] == fast.length for keys, _ in fast.self_kv)  # no gap left
+            if step == 2:
+                for rows in (torch.tensor([3, 2, 1, 0]), torch.tensor([0, 0, 2])):
+                    fast.select(rows), slow.select(rows)
+                room = 0 if grad else 1
+                assert all(keys.shape[2] == fast.length + room for keys, _ in fast.self_kv)
+            tokens = torch.randint(3, 23, (len(fast.src_mask),), generator=g)
+
+
 def test_rerun_decoder_matches_the_full_forward_pass():
     model = random_model(3)
     src = padded_sources(3)

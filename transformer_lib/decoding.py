@@ -150,7 +150,8 @@ def beam_search(
         # Sum log-probabilities in at least float32 (bf16 logits would lose the ranking).
         scores = scores.to(torch.promote_types(logits.dtype, torch.float32))
         log_probs = torch.log_softmax(logits.to(scores.dtype), dim=-1).view(len(active), width, -1)
-        candidates = (scores[:, :, None] + log_probs).view(len(active), width * vocab)
+        # In place: the same sums, without another tensor of A * width * V.
+        candidates = log_probs.add_(scores[:, :, None]).view(len(active), width * vocab)
         top, index = candidates.topk(min(2 * k, width * vocab), dim=1)  # (A, 2k), best first
         parent, token = index // vocab, index % vocab
         at_limit = max_lengths[active] <= step  # (A,)
@@ -184,7 +185,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:270 (cell 6)
+# %% book/decoding.md:271 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -211,7 +212,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:322 (cell 8)
+# %% book/decoding.md:325 (cell 8)
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
     every layer's keys and values (self-attention: all positions so far; encoder-decoder
@@ -254,10 +255,15 @@ class IncrementalDecoder:
 
     def remember(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Layer i's self-attention keys and values of the new positions, (N, h, 1, .), after
-        those of the earlier ones: (N, h, t, .), which the cache keeps for the next step."""
+        those of the earlier ones: (N, h, t, .), which the cache keeps for the next step. They
+        go into the room ``select`` left after the earlier ones, if it left some."""
         if self.self_kv[i] is not None:
-            k = torch.cat([self.self_kv[i][0], k], dim=2)
-            v = torch.cat([self.self_kv[i][1], v], dim=2)
+            keys, values = self.self_kv[i]
+            if keys.shape[2] > self.length:  # room for the new position
+                keys[:, :, self.length :], values[:, :, self.length :] = k, v
+                k, v = keys, values
+            else:
+                k, v = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)
         self.self_kv[i] = k, v
         return k, v
 
@@ -270,10 +276,11 @@ class IncrementalDecoder:
         """The memory (N, S, d_model) of the sources ``src`` (N, S)."""
         return self.model.encode(src, self.src_mask)
 
-    def project_memory(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+    def project_memory(self, memory: Tensor, linear=None) -> list[tuple[Tensor, Tensor]]:
         """Every layer's encoder-decoder keys (N, h, S, d_k) and values (N, h, S, d_v) of the
-        memory (N, S, d_model)."""
-        return [layer.cross_attn.project_kv(memory) for layer in self.model.decoder.layers]
+        memory (N, S, d_model), their products by ``linear`` (None: ``F.linear``)."""
+        layers, linear = self.model.decoder.layers, linear or torch.nn.functional.linear
+        return [layer.cross_attn.project_kv(memory, linear=linear) for layer in layers]
 
     def feed_forward(self, i: int, h: Tensor) -> Tensor:
         """Layer i's feed-forward network of h (N, 1, d_model)."""
@@ -283,7 +290,7 @@ class IncrementalDecoder:
         return self.model.generator(h)  # (N, d_model) -> (N, V)
 
     def select(self, rows: Tensor) -> None:
-        self.self_kv = [_rows(kv, rows) for kv in self.self_kv]
+        self.self_kv = [_rows(kv, rows, room=self.length) for kv in self.self_kv]
         self.select_encoder_side(rows)
 
     def select_encoder_side(self, rows: Tensor) -> None:
@@ -292,13 +299,22 @@ class IncrementalDecoder:
         self.src_mask = self.src_mask.index_select(0, rows)
 
 
-def _rows(tensors: tuple[Tensor, ...] | None, rows: Tensor) -> tuple[Tensor, ...] | None:
-    """The rows ``rows`` of each tensor, in that order (None, before the first step, stays)."""
+def _rows(tensors: tuple[Tensor, ...] | None, rows: Tensor, room: int | None = None):
+    """The rows ``rows`` of each tensor, in that order (None, before the first step, stays).
+    With ``room`` t: of (N, h, ., d) tensors, the first t positions, in new (N', h, t + 1, d)
+    tensors whose last position the next step fills, instead of appending: one copy, not two."""
     if tensors is None:
         return None
+    if room is not None:  # without a room a step did not fill
+        tensors = tuple(tensor[:, :, :room] for tensor in tensors)
     # index_select, not tensor[rows]: the general indexing machinery is several times slower at
     # copying whole rows (the chapter on inference engines measures it)
-    return tuple(tensor.index_select(0, rows) for tensor in tensors)
+    if room is None or any(tensor.requires_grad for tensor in tensors):  # out=: no gradient
+        return tuple(tensor.index_select(0, rows) for tensor in tensors)
+    copies = tuple(t.new_empty(len(rows), t.shape[1], room + 1, t.shape[3]) for t in tensors)
+    for tensor, copy in zip(tensors, copies, strict=True):
+        torch.index_select(tensor, 0, rows, out=copy[:, :, :room])
+    return copies
 
 
 # %% book/translating.md:53 (cell 4)
@@ -374,14 +390,16 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     def cross_attention(self, i: int, h: Tensor) -> Tensor:
         """Layer i's encoder-decoder attention for queries h (N, 1, d_model)."""
         attention, (keys, values) = self.model.decoder.layers[i].cross_attn, self.cross_kv[i]
+        mask, d = self.src_mask, h.shape[-1]  # (n, 1, 1, S), once per sentence
         if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
-            n, d = len(self.src_mask), h.shape[-1]
-            q = attention.project_q(h.view(n, -1, d))  # (n, h, k, d_k)
-            out = attention.attend(q, keys, values, self.src_mask)  # (n, k, d_model)
-            return out.view(-1, 1, d)  # (N, 1, d_model)
-        # Rows in another order: each row gathers its sentence's side, a copy.
-        by_row = (t.index_select(0, self.sentence) for t in (keys, values, self.src_mask))
-        keys, values, mask = by_row  # (N, h, S, d_k), (N, h, S, d_v), (N, 1, 1, S)
+            h = h.view(len(mask), -1, d)  # (n, k, d_model)
+        else:  # rows in another order: each row gathers its sentence's side, a copy
+            keys, values, mask = (t.index_select(0, self.sentence) for t in (keys, values, mask))
+        return self.attend_to_source(attention, h, keys, values, mask).view(-1, 1, d)
+
+    def attend_to_source(self, attention, h: Tensor, keys, values, mask) -> Tensor:
+        """``attention`` from queries h (B, L, d_model) over keys and values (B, h, S, .) under
+        ``mask`` (B, 1, 1, S): (B, L, d_model)."""
         return attention.attend(attention.project_q(h), keys, values, mask)
 
     def select_encoder_side(self, rows: Tensor) -> None:
@@ -398,7 +416,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
         self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
 
 
-# %% book/translating.md:268 (cell 13)
+# %% book/translating.md:270 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -505,8 +523,6 @@ def translate(
 
 
 # %% book/inference_engine.md:925 (cell 31)
-from functools import partial
-
 from torch import Tensor
 
 from transformer_lib import onednn
@@ -519,13 +535,7 @@ class OneDNNDecoder(SentenceGroupedDecoder):
     Float32 weights on the CPU only."""
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
-        onednn.require_onednn()
-        weight = next(model.parameters())
-        if weight.device.type != "cpu" or weight.dtype != torch.float32:
-            raise onednn.OneDNNError(
-                f"the onednn engine runs float32 weights on the CPU; this model is "
-                f"{weight.dtype} on {weight.device}: use the default engine"
-            )
+        onednn.require_onednn_weights(model)
         self.linear = onednn.PackedWeights()  # each weight reordered for oneDNN once per batch
         super().__init__(model, src, src_mask)
 
@@ -536,14 +546,12 @@ class OneDNNDecoder(SentenceGroupedDecoder):
         ``encoder_group`` sentences at a time, each group cut to its own longest sentence
         (``encode_in_groups``). ``translate`` sorts a batch by length, so a small group carries
         little padding where the whole batch would carry much."""
-        encode = partial(onednn.onednn_encoder, self.model.encoder, linear=self.linear)
-        return onednn.encode_in_groups(encode, src, self.src_mask, self.encoder_group)
+        groups = self.encoder_group
+        return onednn.encode_in_groups(self.model.encoder, src, self.src_mask, groups, self.linear)
 
-    def project_memory(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
-        # Contiguous: every step's bmm reads them as (n h, S, d_k); from the transposed view
-        # project_kv returns, each step would copy them.
-        layers = self.model.decoder.layers
-        projected = (layer.cross_attn.project_kv(memory, linear=self.linear) for layer in layers)
+    def project_memory(self, memory: Tensor, linear=None) -> list[tuple[Tensor, Tensor]]:
+        # Laid out once as every step's bmm reads them (n h, S, d): it would copy a transposed view.
+        projected = super().project_memory(memory, linear=self.linear)
         return [(keys.contiguous(), values.contiguous()) for keys, values in projected]
 
     def self_attention(self, i: int, h: Tensor) -> Tensor:
@@ -552,16 +560,9 @@ class OneDNNDecoder(SentenceGroupedDecoder):
         k, v = self.remember(i, k, v)  # (N, h, t, d_k), (N, h, t, d_v), kept per row
         return onednn.attend_written_out(attention, q, k, v, None, self.linear)
 
-    def cross_attention(self, i: int, h: Tensor) -> Tensor:
-        attention, (keys, values) = self.model.decoder.layers[i].cross_attn, self.cross_kv[i]
-        mask = self.src_mask  # (n, 1, 1, S), once per sentence
-        if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
-            h = h.view(len(mask), -1, attention.d_model)  # (n, k, d_model)
-        else:
-            keys, values, mask = (t.index_select(0, self.sentence) for t in (keys, values, mask))
+    def attend_to_source(self, attention, h: Tensor, keys, values, mask) -> Tensor:
         q = attention.project_q(h, self.linear)
-        out = onednn.attend_written_out(attention, q, keys, values, mask, self.linear)
-        return out.view(-1, 1, attention.d_model)  # (N, 1, d_model)
+        return onednn.attend_written_out(attention, q, keys, values, mask, self.linear)
 
     def feed_forward(self, i: int, h: Tensor) -> Tensor:
         return onednn.onednn_feed_forward(self.model.decoder.layers[i].feed_forward, h, self.linear)

@@ -97,7 +97,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:1019 (cell 34)
+# %% book/inference_engine.md:1002 (cell 34)
 class PackedWeights:
     """``onednn_linear`` with each weight reordered once into oneDNN's own layout, on its first
     call, and the reordered copy used from then on. For inference: a weight changed afterwards
@@ -158,6 +158,18 @@ def onednn_feed_forward(network, h: Tensor, linear=onednn_linear) -> Tensor:
     return linear(hidden, network.linear_2.weight, network.linear_2.bias)
 
 
+def require_onednn_weights(model) -> None:
+    """Refuse, in one sentence, a model whose weights oneDNN's decoder cannot run: float32 on
+    the CPU only (and a PyTorch with oneDNN)."""
+    require_onednn()
+    weight = next(model.parameters())
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        raise OneDNNError(
+            f"the onednn engine runs float32 weights on the CPU; this model is "
+            f"{weight.dtype} on {weight.device}: use the default engine"
+        )
+
+
 def onednn_encoder(encoder, src: Tensor, mask: Tensor, linear=onednn_linear) -> Tensor:
     """``Encoder.forward`` of ``src`` (g, S) under the source mask ``mask`` (g, 1, 1, S), its
     products by ``linear`` (oneDNN's) and its attention PyTorch's fused kernel (whole sentences
@@ -172,15 +184,17 @@ def onednn_encoder(encoder, src: Tensor, mask: Tensor, linear=onednn_linear) -> 
     return encoder.norm(x)
 
 
-def encode_in_groups(encode, src: Tensor, mask: Tensor, group: int) -> Tensor:
-    """The memory (n, S, d_model) of ``src`` (n, S) under ``mask`` (n, 1, 1, S), ``encode(src,
-    mask)`` called on ``group`` sentences at a time, each group cut to its own longest sentence.
-    Past a group's longest sentence the memory is zeros, which the mask hides."""
+def encode_in_groups(
+    encoder, src: Tensor, mask: Tensor, group: int, linear=onednn_linear
+) -> Tensor:
+    """The memory (n, S, d_model) of ``src`` (n, S) under ``mask`` (n, 1, 1, S) by
+    ``onednn_encoder``, ``group`` sentences at a time, each group cut to its own longest
+    sentence. Past a group's longest sentence the memory is zeros, which the mask hides."""
     memory = None
     for start in range(0, len(src), group):
         rows = slice(start, start + group)
         width = int(mask[rows].flatten(0, -2).any(0).nonzero().max()) + 1  # then padding only
-        part = encode(src[rows, :width], mask[rows, ..., :width])  # (g, width, d_model)
+        part = onednn_encoder(encoder, src[rows, :width], mask[rows, ..., :width], linear)
         if memory is None:
             memory = part.new_zeros(len(src), src.shape[1], part.shape[-1])
         memory[rows, :width] = part
@@ -197,6 +211,7 @@ __all__ = [
     "whole_sentences_attention",
     "attend_written_out",
     "onednn_feed_forward",
+    "require_onednn_weights",
     "onednn_encoder",
     "encode_in_groups",
 ]
