@@ -160,15 +160,17 @@ def beam_search(
         # Endings among the best k are finished hypotheses, while a sentence has fewer than k.
         new = ends[:, :k] & (top[:, :k] > float("-inf"))  # (A, k)
         penalty = length_penalty(step, alpha)
-        for a in new.any(dim=1).nonzero()[:, 0].tolist():  # few rows end at any one step
-            sentence = finished[int(active[a])]
-            for j in new[a].nonzero()[:, 0].tolist():
-                if len(sentence) < k:
-                    log_prob, tok = top[a, j].item(), int(token[a, j])
-                    ending = [] if tok == eos_id else [tok]  # cut at the limit: keep its token
-                    tokens = prefixes[a, parent[a, j], 1:].tolist() + ending
-                    sentence.append(Hypothesis(tokens, log_prob, log_prob / penalty))
-            counts[a] = len(sentence)
+        rows = new.any(dim=1).nonzero()[:, 0]  # few rows end at any one step: read them as lists
+        per_row = (active, new, top, token, parent, prefixes[:, :, 1:])
+        lists = [rows.tolist(), *(tensor[rows].tolist() for tensor in per_row)]
+        for a, sentence, ended, sums, tokens, parents, beams in zip(*lists, strict=True):
+            hypotheses = finished[sentence]
+            for j in range(k):
+                if ended[j] and len(hypotheses) < k:
+                    ending = [] if tokens[j] == eos_id else [tokens[j]]  # at the limit: kept
+                    output = beams[parents[j]] + ending
+                    hypotheses.append(Hypothesis(output, sums[j], sums[j] / penalty))
+            counts[a] = len(hypotheses)
         keep = ((counts < k) & ~at_limit).nonzero()[:, 0]  # (A',)
         if not len(keep):
             break
@@ -185,7 +187,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:271 (cell 6)
+# %% book/decoding.md:273 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -212,7 +214,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:325 (cell 8)
+# %% book/decoding.md:327 (cell 8)
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
     every layer's keys and values (self-attention: all positions so far; encoder-decoder
