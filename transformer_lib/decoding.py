@@ -374,7 +374,7 @@ def model_search(model) -> SearchConfig:
     return search if isinstance(search, SearchConfig) else SearchConfig()
 
 
-# %% book/translating.md:175 (cell 9)
+# %% book/translating.md:176 (cell 9)
 class SentenceGroupedDecoder(IncrementalDecoder):
     """:class:`IncrementalDecoder` with the encoder side (its keys and values, and the source
     mask) kept once per sentence, not once per row: a sentence's k beams read it in place, as k
@@ -418,7 +418,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
         self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
 
 
-# %% book/translating.md:270 (cell 13)
+# %% book/translating.md:271 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -553,7 +553,7 @@ class OneDNNDecoder(SentenceGroupedDecoder):
 
     def project_memory(self, memory: Tensor, linear=None) -> list[tuple[Tensor, Tensor]]:
         # Laid out once as every step's bmm reads them (n h, S, d): it would copy a transposed view.
-        projected = super().project_memory(memory, linear=self.linear)
+        projected = super().project_memory(memory, linear=linear or self.linear)
         return [(keys.contiguous(), values.contiguous()) for keys, values in projected]
 
     def self_attention(self, i: int, h: Tensor) -> Tensor:

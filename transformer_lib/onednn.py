@@ -97,7 +97,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:1002 (cell 34)
+# %% book/inference_engine.md:1003 (cell 34)
 class PackedWeights:
     """``onednn_linear`` with each weight reordered once into oneDNN's own layout, on its first
     call, and the reordered copy used from then on. For inference: a weight changed afterwards
