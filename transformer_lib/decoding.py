@@ -524,7 +524,7 @@ def translate(
     return results
 
 
-# %% book/inference_engine.md:925 (cell 31)
+# %% book/inference_engine.md:924 (cell 31)
 from torch import Tensor
 
 from transformer_lib import onednn
