@@ -119,12 +119,18 @@ def time_in_turns(
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Seconds per call of every candidate, called in turns: ``warmup`` untimed rounds, then
-    ``rounds`` timed ones. Taking turns spreads the machine's other work over all candidates.
+    ``rounds`` timed ones. Taking turns spreads the machine's other work over all candidates;
+    each round starts one candidate later than the one before, so that no candidate always
+    runs after the same one (a call leaves the process's memory and the processor's caches as
+    it used them, and the next call starts from there).
     ``clock=time.process_time`` counts the CPU seconds of this process instead of wall time
     (steadier on a shared machine, and equal to wall time for one thread on an idle one)."""
     times: dict[str, list[float]] = {name: [] for name in candidates}
+    names = list(candidates)
     for round_ in range(warmup + rounds):
-        for name, function in candidates.items():
+        start = round_ % len(names) if names else 0
+        for name in names[start:] + names[:start]:
+            function = candidates[name]
             sync(device)
             started = clock()
             function()

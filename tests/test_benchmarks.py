@@ -196,6 +196,14 @@ def test_padding_to_a_multiple_keeps_the_logits_of_real_tokens():
     assert_close(wide_logits[:, :t][real], narrow_logits[real], atol=1e-5)
 
 
+def test_turns_start_one_candidate_later_each_round():
+    calls = []
+    candidates = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times = common.time_in_turns(candidates, rounds=3, warmup=1, device=torch.device("cpu"))
+    assert calls == [*"abc", *"bca", *"cab", *"abc"]  # the warm-up round, then three timed
+    assert {name: len(seconds) for name, seconds in times.items()} == dict.fromkeys("abc", 3)
+
+
 def test_the_profile_groups_operators_by_what_they_compute():
     assert profile_step.group("aten::addmm") == "matrix products"
     assert profile_step.group("aten::mm") == profile_step.group("aten::bmm") == "matrix products"
