@@ -21,7 +21,7 @@ The candidates, timed in turns round after round (``common.time_in_turns``):
   and searched by ``generate`` with the folder's settings (its own length penalty, at beam 4).
 
 Each candidate but the first gets its best batch size, chosen on the first sentences before the
-timed rounds. With more than one thread, the CTranslate2 candidates run in a process of their
+timed rounds. With more than one thread, each CTranslate2 candidate runs in a process of its
 own, called in the same turns (``EngineProcess`` says why); transformers runs PyTorch, in ours.
 Besides the times it records where one batch's decoding time goes (a profile of the decoder's
 operations: matrix products, cache copies, the search's softmax and top-k, the other kernels,
@@ -74,6 +74,7 @@ from transformer_lib.tokenizer import VOCAB_SIZE, BPETokenizer
 
 BATCH_SIZES = (32, 64, 128, 256, 512)
 PEER = "CTranslate2 float32"
+INT8 = "CTranslate2 int8"
 DEFAULT = "translate, no options"
 ONEDNN = "ours, oneDNN"
 HUGGING_FACE = "transformers generate"
@@ -151,18 +152,18 @@ def load(args: argparse.Namespace) -> tuple[Transformer, BPETokenizer, dict]:
     return model, tokenizer, {**about, "src": model.run["src"], "tgt": model.run["tgt"]}
 
 
-def engines(model, tokenizer, threads: int, apart: "EngineProcess | None" = None) -> dict:
-    """Each candidate as a function (sentences, search) -> translations; with ``apart``, the
-    CTranslate2 candidates run in that process of their own."""
+def engines(model, tokenizer, threads: int, apart: dict | None = None) -> dict:
+    """Each candidate as a function (sentences, search) -> translations; with ``apart`` (an
+    ``EngineProcess`` by name), each CTranslate2 candidate runs in its process of its own."""
     if apart is None:
         float32 = CTranslate2Translator(model, tokenizer, threads=threads).translate
         int8 = CTranslate2Translator(model, tokenizer, quantize="int8", threads=threads).translate
     else:
-        float32, int8 = apart.translator(PEER), apart.translator("CTranslate2 int8")
+        float32, int8 = apart[PEER].translate, apart[INT8].translate
     return {
         **{name: our_translator(model, tokenizer, state) for name, state in OUR_STATES.items()},
         PEER: float32,
-        "CTranslate2 int8": int8,
+        INT8: int8,
         HUGGING_FACE: huggingface_translator(model, tokenizer),
     }
 
@@ -221,51 +222,47 @@ def huggingface_translator(model, tokenizer) -> Callable:
 
 
 class EngineProcess:
-    """CTranslate2's two translators in a process of their own, called in turns with ours.
+    """One of CTranslate2's translators (``name``: float32 or int8) in a process of its own,
+    called in turns with ours.
 
     CTranslate2 and PyTorch each bring a copy of GNU OpenMP, and in one process they end up
     sharing one runtime. Once CTranslate2's worker thread has a team of its own, the process
     manages more OpenMP threads than the machine has cores, and the runtime stops letting idle
     threads spin: every parallel region of PyTorch (a LayerNorm, an addition) then waits for its
     threads to wake, which slows a decoder of small operations far more than the engine. Apart,
-    each has the cores to itself while it runs, as when deployed.
+    each has the cores to itself while it runs, as when deployed. The same holds between the
+    engine's two translators: each has a worker thread with a team of its own, so two in one
+    process slow the engine itself. One translator to a process, as a deployment runs it.
     """
 
-    def __init__(self, args: argparse.Namespace):
+    def __init__(self, args: argparse.Namespace, name: str):
         context = multiprocessing.get_context("spawn")  # a fresh interpreter, no inherited pools
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_engine_worker, args=(child, args), daemon=True)
+        self.process = context.Process(target=_engine_worker, args=(child, args, name), daemon=True)
         self.process.start()
         child.close()
-        self.connection.recv()  # the translators are ready
+        self.connection.recv()  # the translator is ready
 
-    def translator(self, name: str) -> Callable:
-        def translate(sentences, search):
-            self.connection.send((name, list(sentences), search))
-            return self.connection.recv()
-
-        return translate
+    def translate(self, sentences, search: SearchConfig) -> list[str]:
+        self.connection.send((list(sentences), search))
+        return self.connection.recv()
 
     def close(self) -> None:
         self.connection.send(None)
         self.process.join()
 
 
-def _engine_worker(connection, args: argparse.Namespace) -> None:
+def _engine_worker(connection, args: argparse.Namespace, name: str) -> None:
     # PyTorch only loads and converts the weights here: on one thread it starts no OpenMP team,
     # so the engine's team is the only one (the reason for a process of its own).
     torch.set_num_threads(1)
     model, tokenizer, _ = load(args)
-    translators = {
-        PEER: CTranslate2Translator(model, tokenizer, threads=args.threads),
-        "CTranslate2 int8": CTranslate2Translator(
-            model, tokenizer, quantize="int8", threads=args.threads
-        ),
-    }
+    quantize = {PEER: None, INT8: "int8"}[name]
+    translator = CTranslate2Translator(model, tokenizer, quantize=quantize, threads=args.threads)
     connection.send("ready")
     while (request := connection.recv()) is not None:
-        name, sentences, search = request
-        connection.send(translators[name].translate(sentences, search))
+        sentences, search = request
+        connection.send(translator.translate(sentences, search))
 
 
 def with_batch_size(search: SearchConfig, size: int) -> SearchConfig:
@@ -399,7 +396,7 @@ def engines_for_memory(model, tokenizer, threads) -> dict[str, Callable[[], Call
     return {
         **{name: partial(our_translator, model, tokenizer, s) for name, s in ours.items()},
         PEER: lambda: CTranslate2Translator(model, tokenizer, threads=threads).translate,
-        "CTranslate2 int8": lambda: (
+        INT8: lambda: (
             CTranslate2Translator(model, tokenizer, quantize="int8", threads=threads).translate
         ),
         HUGGING_FACE: lambda: huggingface_translator(model, tokenizer),
@@ -431,8 +428,9 @@ def measure(args: argparse.Namespace) -> dict:
     model, tokenizer, about = load(args)
     pairs = load_multi30k(args.split, about["src"], about["tgt"])[: args.sentences or None]
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    # With more than one thread, CTranslate2 runs in a process of its own (see EngineProcess).
-    apart = EngineProcess(args) if args.threads > 1 else None
+    # With more than one thread, each of CTranslate2's translators runs in a process of its own
+    # (see EngineProcess).
+    apart = {name: EngineProcess(args, name) for name in (PEER, INT8)} if args.threads > 1 else None
     candidates = engines(model, tokenizer, args.threads, apart)
     results = {
         **about,
@@ -465,14 +463,14 @@ def measure(args: argparse.Namespace) -> dict:
             model, tokenizer, sources[:64], beam, OneDNNDecoder
         )
     del candidates
-    if apart is not None:
-        apart.close()
+    for process in (apart or {}).values():
+        process.close()
     gc.collect()
     if not args.no_memory:
         print("-- peak memory, each engine in a process of its own")
         results["memory"] = {
             name: peak_memory(args, name, results["searches"]["beam 4"][name]["batch_size"])
-            for name in (DEFAULT, "ours", ONEDNN, PEER, "CTranslate2 int8", HUGGING_FACE)
+            for name in (DEFAULT, "ours", ONEDNN, PEER, INT8, HUGGING_FACE)
         }
     if not args.no_goals:
         print("-- cached against re-running decoding, the decoding benchmark's goals")
@@ -526,7 +524,7 @@ def report(results: dict) -> list[dict]:
         )
         for name in ("ours", ONEDNN, HUGGING_FACE):
             print(f"  {name} takes {peer['sentences_per_s'] / found[name]['sentences_per_s']:.2f}x")
-        delta = found["CTranslate2 int8"]["bleu"] - peer["bleu"]  # variant - reference
+        delta = found[INT8]["bleu"] - peer["bleu"]  # variant - reference
         verdict = "meets" if -delta < INT8_BLEU_LOSS else "MISSES"
         print(
             f"  int8: delta BLEU {delta:+.2f} against float32 "
