@@ -20,8 +20,8 @@ The candidates, timed in turns round after round (``common.time_in_turns``):
 - ``transformers generate``: our model converted to a MarianMT folder (``transformer_lib.marian``)
   and searched by ``generate`` with the folder's settings (its own length penalty, at beam 4).
 
-Each candidate but the first gets its best batch size, chosen on the first sentences before the
-timed rounds. With more than one thread, each CTranslate2 candidate runs in a process of its
+Each candidate but the first gets its best batch size, chosen before the timed rounds on enough
+sentences for two batches of the largest size (``calibration_length``). With more than one thread, each CTranslate2 candidate runs in a process of its
 own, called in the same turns (``EngineProcess`` says why); transformers runs PyTorch, in ours.
 Besides the times it records where one batch's decoding time goes (a profile of the decoder's
 operations: matrix products, cache copies, the search's softmax and top-k, the other kernels,
@@ -283,6 +283,13 @@ def best_batch_size(function, sources, search, sizes, clock=time.perf_counter):
     return min(seconds, key=seconds.get), seconds
 
 
+def calibration_length(sentences: int, sizes) -> int:
+    """How many of the sentences choose a candidate's batch size: enough for two batches of the
+    largest size, else every size at or above their number translates them as one batch, and the
+    choice among those is noise (a size that is fast on 200 sentences may be slow on 1,000)."""
+    return min(sentences, 2 * max(sizes))
+
+
 def measure_search(
     candidates,
     sources,
@@ -450,8 +457,8 @@ def measure(args: argparse.Namespace) -> dict:
             clock = time.process_time if args.clock == "cpu" else time.perf_counter
             outputs = {}
             found = measure_search(
-                candidates, sources, references, search, args.rounds, args.batch_sizes, 200, clock,
-                outputs,
+                candidates, sources, references, search, args.rounds, args.batch_sizes,
+                calibration_length(len(sources), args.batch_sizes), clock, outputs,
             )  # fmt: skip
             results["searches"][label] = found
             if label == "beam 4":

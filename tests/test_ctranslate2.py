@@ -359,6 +359,15 @@ def test_a_shipped_model_in_the_engine_scores_and_searches_as_ours(name):
 # --- The benchmark: one run writes every candidate's figures with a manifest.
 
 
+def test_batch_sizes_are_chosen_on_two_batches_of_the_largest(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import inference_engine as bench
+
+    assert bench.calibration_length(1000, (32, 64, 128, 256, 512)) == 1000
+    assert bench.calibration_length(1000, (32, 64)) == 128
+    assert bench.calibration_length(6, (3,)) == 6
+
+
 def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
     """A tiny run of benchmarks/inference_engine.py on a seeded model folder, two threads (so
     CTranslate2 runs in its own process): every engine timed for both searches, with BLEU, the
