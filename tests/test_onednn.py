@@ -5,7 +5,9 @@ every step (to float32 rounding: the two libraries add a product's terms in diff
 whatever the model's variant and the order of the rows, and the same searches' outputs."""
 
 import contextlib
+import gc
 import json
+import weakref
 
 import pytest
 import torch
@@ -23,7 +25,12 @@ from transformer_lib.decoding import (
 )
 from transformer_lib.engine import EngineError, make_translator
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.onednn import OneDNNError, PackedWeights, onednn_linear
+from transformer_lib.onednn import (
+    OneDNNError,
+    PackedWeights,
+    onednn_linear,
+    packed_weights_for,
+)
 from transformer_lib.pretrained import save_pretrained
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 
@@ -327,6 +334,40 @@ def test_a_slice_of_a_weight_is_reordered_once_though_each_call_makes_a_new_one(
         torch.testing.assert_close(linear(x, weight[8:16]), x @ weight[8:16].T)
     if linear.reorder is not None:
         assert len(linear.packed) == 2
+
+
+def test_a_weight_changed_in_place_is_reordered_again():
+    torch.manual_seed(0)
+    x, weight = torch.randn(5, 16), torch.randn(24, 16)
+    linear = PackedWeights()
+    linear(x, weight)
+    with torch.no_grad():
+        weight.mul_(2)  # as an optimizer's step or load_state_dict changes it
+    torch.testing.assert_close(linear(x, weight), x @ weight.T)
+    torch.testing.assert_close(linear(x, weight[:8]), x @ weight[:8].T)  # a slice shares it
+
+
+def test_a_model_keeps_its_packed_weights_and_forgets_those_it_no_longer_holds():
+    torch.manual_seed(0)
+    model, other = torch.nn.Linear(16, 24), torch.nn.Linear(16, 24)
+    linear = packed_weights_for(model)
+    assert packed_weights_for(model) is linear and packed_weights_for(other) is not linear
+    x = torch.randn(5, 16)
+    linear(x, model.weight)
+    if linear.reorder is None:
+        return
+    assert len(linear.packed) == 1
+    model.weight = torch.nn.Parameter(torch.randn(24, 16))  # replaced: the old copy goes
+    assert not packed_weights_for(model).packed
+    torch.testing.assert_close(linear(x, model.weight, model.bias), model(x))
+
+
+def test_packed_weights_go_with_their_model():
+    model = torch.nn.Linear(4, 4)
+    alive = weakref.ref(packed_weights_for(model))
+    del model
+    gc.collect()
+    assert alive() is None
 
 
 def test_packed_weights_multiply_the_plain_weight_without_the_reordering_operator():

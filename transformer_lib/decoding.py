@@ -538,7 +538,7 @@ class OneDNNDecoder(SentenceGroupedDecoder):
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         onednn.require_onednn_weights(model)
-        self.linear = onednn.PackedWeights()  # each weight reordered for oneDNN once per batch
+        self.linear = onednn.packed_weights_for(model)  # each weight reordered once per model
         super().__init__(model, src, src_mask)
 
     encoder_group = 64  # sentences encoded together, see encode

@@ -97,15 +97,19 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:1003 (cell 34)
+# %% book/inference_engine.md:1006 (cell 34)
+import weakref
+
+
 class PackedWeights:
     """``onednn_linear`` with each weight reordered once into oneDNN's own layout, on its first
-    call, and the reordered copy used from then on. For inference: a weight changed afterwards
-    is not seen, so make a new one after training. Where PyTorch lacks the reordering operator
-    it multiplies the plain weight."""
+    call, and the reordered copy used from then on, until the weight changes in place (its
+    version counter moves). For inference (no gradient). Where PyTorch lacks the reordering
+    operator it multiplies the plain weight."""
 
     def __init__(self):
-        self.packed: dict[tuple, tuple[Tensor, Tensor]] = {}  # key -> (weight, reordered copy)
+        # key -> (the weight's version, the weight, its reordered copy)
+        self.packed: dict[tuple, tuple[int, Tensor, Tensor]] = {}
         self.reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
 
     def __call__(self, x: Tensor, weight: Tensor, bias=None, relu: bool = False) -> Tensor:
@@ -114,12 +118,32 @@ class PackedWeights:
         # Known by where its numbers lie, not by the tensor object: a slice such as W^Q of
         # in_proj is a new tensor at every call. The weight is kept, so the memory stays its own.
         key = (weight.data_ptr(), weight.shape, weight.stride())
-        if key not in self.packed:
-            self.packed[key] = weight, self.reorder(weight, None)
-        packed = self.packed[key][1]
+        entry = self.packed.get(key)
+        if entry is None or entry[0] != weight._version:  # new, or changed in place since
+            entry = self.packed[key] = weight._version, weight, self.reorder(weight, None)
         return torch.ops.mkldnn._linear_pointwise(
-            x, packed, bias, "relu" if relu else "none", [], ""
+            x, entry[2], bias, "relu" if relu else "none", [], ""
         )
+
+    def keep_only(self, storages: set[int]) -> None:
+        """Forget the weights whose memory is not among ``storages`` (their storages' addresses)."""
+        for key, (_, weight, _) in list(self.packed.items()):
+            if weight.untyped_storage().data_ptr() not in storages:
+                del self.packed[key]
+
+
+_PACKED_BY_MODEL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def packed_weights_for(model) -> PackedWeights:
+    """The :class:`PackedWeights` of ``model``, made on its first use and kept as long as the
+    model lives, so that its weights are reordered once, not at every batch. Weights the model
+    no longer holds (moved to another device or type, replaced) are forgotten."""
+    linear = _PACKED_BY_MODEL.get(model)
+    if linear is None:
+        linear = _PACKED_BY_MODEL[model] = PackedWeights()
+    linear.keep_only({p.untyped_storage().data_ptr() for p in model.parameters()})
+    return linear
 
 
 def whole_sentences_attention(
@@ -208,6 +232,7 @@ __all__ = [
     "OneDNNProducts",
     "onednn_products",
     "PackedWeights",
+    "packed_weights_for",
     "whole_sentences_attention",
     "attend_written_out",
     "onednn_feed_forward",
