@@ -21,8 +21,9 @@ The candidates, timed in turns round after round (``common.time_in_turns``):
   and searched by ``generate`` with the folder's settings (its own length penalty, at beam 4).
 
 Each candidate but the first gets its best batch size, chosen before the timed rounds on enough
-sentences for two batches of the largest size (``calibration_length``). With more than one thread, each CTranslate2 candidate runs in a process of its
-own, called in the same turns (``EngineProcess`` says why); transformers runs PyTorch, in ours.
+sentences for two batches of the largest size (``calibration_length``). With more than one
+thread, each CTranslate2 candidate runs in a process of its own, called in the same turns
+(``EngineProcess`` says why); transformers runs PyTorch, in ours.
 Besides the times it records where one batch's decoding time goes (a profile of the decoder's
 operations: matrix products, cache copies, the search's softmax and top-k, the other kernels,
 and the rest, Python and dispatch; for ``ours`` and ``ours, oneDNN``), the peak memory of each engine (each in a process of its own)
