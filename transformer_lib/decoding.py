@@ -431,15 +431,12 @@ def default_decoder_state(model) -> Callable[..., DecoderState]:
     """The Transformer's fastest :class:`DecoderState` for ``model``'s weights:
     ``OneDNNDecoder`` for float32 weights on a CPU whose PyTorch has oneDNN, else
     :class:`SentenceGroupedDecoder`."""
-    weight = next(model.parameters())
-    if weight.device.type != "cpu" or weight.dtype != torch.float32:
-        return SentenceGroupedDecoder
     # Defined in a later chapter, on SentenceGroupedDecoder, in this module; as is oneDNN's check.
-    from transformer_lib.onednn import OneDNNError, require_onednn
+    from transformer_lib.onednn import OneDNNError, require_onednn_weights
 
     try:
-        require_onednn()
-    except OneDNNError:  # a PyTorch built without it
+        require_onednn_weights(model)  # the check the decoder itself makes
+    except OneDNNError:  # other weights, or a PyTorch built without oneDNN
         return SentenceGroupedDecoder
     return OneDNNDecoder
 

@@ -36,7 +36,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:392 (cell 15)
+# %% book/translating.md:389 (cell 15)
 def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
     """Refuse state dicts that cannot be averaged: none at all, or two with different keys or
     shapes (the error names the first difference)."""
@@ -60,7 +60,7 @@ def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
                 )
 
 
-# %% book/translating.md:417 (cell 16)
+# %% book/translating.md:414 (cell 16)
 from transformer_lib.training import RESUMABLE_CHANGES
 
 
@@ -136,7 +136,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:504 (cell 18)
+# %% book/translating.md:501 (cell 18)
 def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False
 ) -> dict:
@@ -180,7 +180,7 @@ def corpus_scores(
     }
 
 
-# %% book/translating.md:558 (cell 20)
+# %% book/translating.md:555 (cell 20)
 import json
 from collections.abc import Callable
 
