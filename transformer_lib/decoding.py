@@ -521,7 +521,7 @@ def translate(
     return results
 
 
-# %% book/inference_engine.md:924 (cell 31)
+# %% book/inference_engine.md:925 (cell 31)
 from torch import Tensor
 
 from transformer_lib import onednn
@@ -529,14 +529,17 @@ from transformer_lib import onednn
 
 class OneDNNDecoder(SentenceGroupedDecoder):
     """``SentenceGroupedDecoder`` with an engine's step for CPUs: every product by oneDNN, the
-    encoder's included, and the attention of a step's new positions written out (two batched
-    products and a softmax), which beats the fused kernel for a step's few queries and keys.
-    Float32 weights on the CPU only."""
+    encoder's included, and a step written out as one flat function (``onednn.FlatStep``): the
+    attention of the new positions as two batched products and a softmax, which beats the fused
+    kernel for a step's few queries and keys, and no module or layer called on the way. A model
+    in training mode, or rows not grouped by sentence, take the layers' own step. Float32
+    weights on the CPU only."""
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         onednn.require_onednn_weights(model)
         self.linear = onednn.packed_weights_for(model)  # each weight reordered once per model
         super().__init__(model, src, src_mask)
+        self.flat_step = onednn.FlatStep(model, self.linear)
 
     encoder_group = 64  # sentences encoded together, see encode
 
@@ -553,21 +556,14 @@ class OneDNNDecoder(SentenceGroupedDecoder):
         projected = super().project_memory(memory, linear=linear or self.linear)
         return [(keys.contiguous(), values.contiguous()) for keys, values in projected]
 
-    def self_attention(self, i: int, h: Tensor) -> Tensor:
-        attention = self.model.decoder.layers[i].self_attn
-        q, k, v = attention.project_qkv(h, self.linear)  # (N, h, 1, d_k), (..), (N, h, 1, d_v)
-        k, v = self.remember(i, k, v)  # (N, h, t, d_k), (N, h, t, d_v), kept per row
-        return onednn.attend_written_out(attention, q, k, v, None, self.linear)
-
-    def attend_to_source(self, attention, h: Tensor, keys, values, mask) -> Tensor:
-        q = attention.project_q(h, self.linear)
-        return onednn.attend_written_out(attention, q, keys, values, mask, self.linear)
-
-    def feed_forward(self, i: int, h: Tensor) -> Tensor:
-        return onednn.onednn_feed_forward(self.model.decoder.layers[i].feed_forward, h, self.linear)
-
-    def logits(self, h: Tensor) -> Tensor:
-        return self.linear(h, self.model.generator.weight)
+    def step(self, tokens: Tensor) -> Tensor:
+        if self.model.training or not self.grouped:  # dropout, or rows that read by index
+            return super().step(tokens)  # the layers' own wiring, PyTorch's kernels
+        decoder = self.model.decoder
+        x = decoder.positions(decoder.embeddings(tokens[:, None]), self.length)[:, 0]  # (N, d)
+        logits = self.flat_step(x, self.remember, self.cross_kv, self.src_mask)  # (N, V)
+        self.length += 1
+        return logits
 
 
 __all__ = [

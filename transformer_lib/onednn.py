@@ -97,7 +97,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:1006 (cell 34)
+# %% book/inference_engine.md:1003 (cell 34)
 import weakref
 
 
@@ -113,17 +113,20 @@ class PackedWeights:
         self.reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
 
     def __call__(self, x: Tensor, weight: Tensor, bias=None, relu: bool = False) -> Tensor:
+        return onednn_linear(x, self.reordered(weight), bias, relu)
+
+    def reordered(self, weight: Tensor) -> Tensor:
+        """``weight`` in oneDNN's layout, reordered on its first call and again once it has
+        changed in place; the plain weight where PyTorch lacks the reordering operator."""
         if self.reorder is None:
-            return onednn_linear(x, weight, bias, relu)
+            return weight
         # Known by where its numbers lie, not by the tensor object: a slice such as W^Q of
         # in_proj is a new tensor at every call. The weight is kept, so the memory stays its own.
         key = (weight.data_ptr(), weight.shape, weight.stride())
         entry = self.packed.get(key)
         if entry is None or entry[0] != weight._version:  # new, or changed in place since
             entry = self.packed[key] = weight._version, weight, self.reorder(weight, None)
-        return torch.ops.mkldnn._linear_pointwise(
-            x, entry[2], bias, "relu" if relu else "none", [], ""
-        )
+        return entry[2]
 
     def keep_only(self, storages: set[int]) -> None:
         """Forget the weights whose memory is not among ``storages`` (their storages' addresses)."""
@@ -156,23 +159,6 @@ def whole_sentences_attention(
         q, k, v, attn_mask=mask, scale=attention.scale
     )
     return attention.merge_heads(out, linear)  # (B, L, d_model)
-
-
-def attend_written_out(
-    attention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, linear=onednn_linear
-) -> Tensor:
-    """The heads' attention written out: queries q (B, h, L_q, d_k) over keys and values
-    (B, h, L_k, .), then W^O by ``linear``: (B, L_q, d_model). ``bmm`` reads the keys
-    transposed where the cache holds them, so that nothing the size of the cache is copied;
-    every query has a key to attend to."""
-    b, heads, queries, d_k = q.shape
-    scale = attention.scale if attention.scale is not None else d_k**-0.5
-    scores = torch.bmm((q * scale).flatten(0, 1), k.flatten(0, 1).transpose(1, 2))
-    scores = scores.view(b, heads, queries, -1)  # (B, h, L_q, L_k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    out = torch.bmm(scores.softmax(dim=-1).flatten(0, 1), v.flatten(0, 1))
-    return attention.merge_heads(out.view(b, heads, queries, -1), linear)
 
 
 def onednn_feed_forward(network, h: Tensor, linear=onednn_linear) -> Tensor:
@@ -225,6 +211,139 @@ def encode_in_groups(
     return memory
 
 
+# %% book/inference_engine.md:1132 (cell 36)
+from dataclasses import dataclass
+from functools import partial
+
+
+@dataclass(frozen=True)
+class StepLayer:
+    """One decoder layer as :class:`FlatStep` reads it: each matrix in oneDNN's layout with its
+    bias, the LayerNorms' arguments, the wiring and the attention's shapes and scales."""
+
+    qkv: tuple  # self-attention's W^Q, W^K and W^V in one matrix, and their bias
+    self_out: tuple  # its W^O and bias
+    query: tuple  # encoder-decoder attention's W^Q and bias
+    cross_out: tuple  # its W^O and bias
+    feed_forward: tuple | None  # ((W_1, b_1), (W_2, b_2)); None: the layer has none
+    norms: tuple  # F.layer_norm's (shape, weight, bias, eps) of each sub-layer
+    norm_first: bool
+    heads: int
+    d_k: int
+    d_v: int
+    scales: tuple[float, float]  # self-attention's and encoder-decoder attention's
+
+    @classmethod
+    def of(cls, layer, linear: PackedWeights) -> "StepLayer":
+        self_attn, cross_attn, network = layer.self_attn, layer.cross_attn, layer.feed_forward
+        e = cross_attn.n_heads * cross_attn.d_k  # rows of W^Q
+
+        def product(weight: Tensor, bias: Tensor | None) -> tuple:
+            return linear.reordered(weight), bias
+
+        bias = cross_attn.in_proj.bias
+        return cls(
+            qkv=product(self_attn.in_proj.weight, self_attn.in_proj.bias),
+            self_out=product(self_attn.out_proj.weight, self_attn.out_proj.bias),
+            query=product(cross_attn.in_proj.weight[:e], None if bias is None else bias[:e]),
+            cross_out=product(cross_attn.out_proj.weight, cross_attn.out_proj.bias),
+            feed_forward=None
+            if network is None
+            else (
+                product(network.linear_1.weight, network.linear_1.bias),
+                product(network.linear_2.weight, network.linear_2.bias),
+            ),
+            norms=tuple((n.normalized_shape, n.weight, n.bias, n.eps) for n in layer.norms),
+            norm_first=layer.norm_first,
+            heads=self_attn.n_heads,
+            d_k=self_attn.d_k,
+            d_v=self_attn.d_v,
+            scales=tuple(
+                a.d_k**-0.5 if a.scale is None else a.scale for a in (self_attn, cross_attn)
+            ),
+        )
+
+
+class FlatStep:
+    """A decoder step as one flat function of the new positions: oneDNN's products on weights
+    reordered once, each attention as two batched products and a softmax (its scale, and the
+    source's padding, folded into the first), and each layer's residual connections and
+    LayerNorms written out as its ``norm_first`` says. For a model in eval mode and rows
+    grouped by sentence, the k rows of each of n sentences side by side."""
+
+    def __init__(self, model, linear: PackedWeights):
+        self.layers = [StepLayer.of(layer, linear) for layer in model.decoder.layers]
+        self.final_norm = model.decoder.norm  # pre-LN's last LayerNorm, else nothing
+        self.vocabulary = linear.reordered(model.generator.weight), model.generator.bias
+        self.zero = torch.zeros(())  # baddbmm's other term where it adds none
+        self.mask, self.bias = None, None
+
+    def __call__(self, x: Tensor, remember, cross_kv: list, mask: Tensor) -> Tensor:
+        """The logits (N, V) of the new positions x (N, d_model), embedded, with positions.
+        ``remember(i, k, v)`` is layer i's self-attention cache (the decoder's), ``cross_kv``
+        every layer's keys and values of the source (n, h, S, .), ``mask`` (n, 1, 1, S)."""
+        bias = self.source_bias(mask)
+        for i, layer in enumerate(self.layers):
+            sublayers = [
+                partial(self.self_attention, layer, partial(remember, i)),
+                partial(self.cross_attention, layer, *cross_kv[i], bias),
+            ]
+            if layer.feed_forward is not None:
+                sublayers.append(partial(self.feed_forward, layer))
+            for norm, sublayer in zip(layer.norms, sublayers, strict=True):
+                if layer.norm_first:  # x + Sublayer(LayerNorm(x))
+                    x = x + sublayer(F.layer_norm(x, *norm))
+                else:  # LayerNorm(x + Sublayer(x)), the paper's
+                    x = F.layer_norm(x + sublayer(x), *norm)
+        return onednn_linear(self.final_norm(x), *self.vocabulary)
+
+    def source_bias(self, mask: Tensor) -> Tensor:
+        """0 where a source has a token and -inf on its padding, (n h, 1, S), made again when
+        the mask changes (when sentences finish)."""
+        if mask is not self.mask:
+            bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))  # (n, 1, 1, S)
+            heads = self.layers[0].heads
+            self.bias = bias.expand(-1, heads, -1, -1).reshape(-1, 1, mask.shape[-1])
+            self.mask = mask
+        return self.bias
+
+    def self_attention(self, layer: StepLayer, remember, h: Tensor) -> Tensor:
+        """Self-attention of the new positions h (N, d_model) over the cache, which
+        ``remember(k, v)`` extends with their keys and values: (N, d_model)."""
+        rows, heads, d_k, d_v = len(h), layer.heads, layer.d_k, layer.d_v
+        q, k, v = onednn_linear(h, *layer.qkv).split([heads * d_k, heads * d_k, heads * d_v], 1)
+        keys, values = remember(k.view(rows, heads, 1, d_k), v.view(rows, heads, 1, d_v))
+        queries = q.reshape(rows * heads, 1, d_k)
+        scores = torch.baddbmm(
+            self.zero, queries, keys.flatten(0, 1).transpose(1, 2), beta=0, alpha=layer.scales[0]
+        )  # (N h, 1, t)
+        out = torch.bmm(scores.softmax(dim=-1), values.flatten(0, 1))  # (N h, 1, d_v)
+        return onednn_linear(out.view(rows, heads * d_v), *layer.self_out)
+
+    @staticmethod
+    def cross_attention(layer: StepLayer, keys, values, bias: Tensor, h: Tensor) -> Tensor:
+        """Encoder-decoder attention of h (N, d_model): the k rows of each of n sentences as k
+        queries over its keys and values (n, h, S, .), under ``bias`` (n h, 1, S)."""
+        rows, (n, heads, _, d_k), d_v = len(h), keys.shape, layer.d_v
+        k = rows // n  # rows of a sentence
+        queries = onednn_linear(h, *layer.query).view(n, k, heads, d_k).transpose(1, 2)
+        scores = torch.baddbmm(
+            bias,
+            queries.reshape(n * heads, k, d_k),
+            keys.flatten(0, 1).transpose(1, 2),
+            alpha=layer.scales[1],
+        )  # (n h, k, S)
+        out = torch.bmm(scores.softmax(dim=-1), values.flatten(0, 1))  # (n h, k, d_v)
+        out = out.view(n, heads, k, d_v).transpose(1, 2).reshape(rows, heads * d_v)
+        return onednn_linear(out, *layer.cross_out)
+
+    @staticmethod
+    def feed_forward(layer: StepLayer, h: Tensor) -> Tensor:
+        """max(0, h W_1 + b_1) W_2 + b_2 (§3.3), the ReLU fused into the first product."""
+        (w_1, b_1), (w_2, b_2) = layer.feed_forward
+        return onednn_linear(onednn_linear(h, w_1, b_1, relu=True), w_2, b_2)
+
+
 __all__ = [
     "OneDNNError",
     "require_onednn",
@@ -234,9 +353,10 @@ __all__ = [
     "PackedWeights",
     "packed_weights_for",
     "whole_sentences_attention",
-    "attend_written_out",
     "onednn_feed_forward",
     "require_onednn_weights",
     "onednn_encoder",
     "encode_in_groups",
+    "StepLayer",
+    "FlatStep",
 ]
