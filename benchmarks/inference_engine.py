@@ -12,7 +12,7 @@ The candidates, timed in turns round after round (``common.time_in_turns``):
 - ``ours``: the same search with PyTorch's own kernels (``SentenceGroupedDecoder``: the encoder
   side once per sentence), ``translate --engine pytorch``;
 - ``ours, oneDNN``: the same search with ``transformer_lib.decoding.OneDNNDecoder`` (every product
-  by oneDNN, a step's attention written out), ``translate --engine onednn``;
+  by oneDNN, a step written out flat with its attention), ``translate --engine onednn``;
 - ``ours, cache per row``: the same search with the cache as it was before (the encoder output and
   the encoder-decoder keys and values copied for every beam at every step, with PyTorch's general
   indexing), the fixes' baseline, and ``ours, cache per row, index_select`` with the first fix;

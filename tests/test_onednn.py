@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import run_cli
 
+from transformer_lib import onednn
 from transformer_lib.decoding import (
     GREEDY,
     OneDNNDecoder,
@@ -122,6 +123,27 @@ def test_the_searches_find_the_same_outputs(beam):
             else:
                 found.append([h.tokens for h in beam_search(state, BOS_ID, EOS_ID, limits, beam)])
     assert found[0] == found[1]
+
+
+def test_the_flat_step_runs_only_where_it_holds(monkeypatch):
+    """The flat step is for a model in eval mode whose rows come grouped by sentence: a model in
+    training mode (dropout), or rows that read their source by index, take the layers' step."""
+    calls = []
+    flat = onednn.FlatStep.__call__
+    monkeypatch.setattr(onednn.FlatStep, "__call__", lambda *a: calls.append(1) or flat(*a))
+    model, src = seeded_model(), padded_sources()
+    tokens = torch.full((5,), BOS_ID)
+    with torch.no_grad():
+        state = OneDNNDecoder(model, src)
+        state.step(tokens)
+        assert len(calls) == 1
+        model.train()
+        state.step(tokens)
+        model.eval()
+        assert len(calls) == 1
+        state.select(torch.tensor([4, 0, 1]))  # out of sentence order: the source read by index
+        state.step(tokens[:3])
+        assert len(calls) == 1 and not state.grouped
 
 
 def test_translate_decodes_with_onednn_only_where_it_runs(monkeypatch):
