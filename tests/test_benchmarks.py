@@ -21,6 +21,7 @@ from transformer_lib.tokenizer import PAD_ID
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their siblings by name
 import common  # noqa: E402
+import eager_limits  # noqa: E402
 import peers  # noqa: E402
 import profile_step  # noqa: E402
 import resume  # noqa: E402
@@ -326,6 +327,32 @@ def run_script(*arguments, cwd=ROOT):
     return subprocess.run(
         [sys.executable, *arguments], cwd=cwd, capture_output=True, text=True, timeout=300
     )
+
+
+def test_the_step_it_compiles_is_the_step_translate_runs():
+    """eager_limits compiles a functional decoder step: on a small post-LN model it gives the
+    logits of OneDNNDecoder's flat step, whose cache it is handed, for padded sources."""
+    from transformer_lib.decoding import OneDNNDecoder
+
+    torch.manual_seed(0)
+    config = TransformerConfig(40, 40, d_model=32, d_ff=64, n_heads=4, n_layers=2, dropout=0.0)
+    model = Transformer(config).eval()
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0], [11, 2, 0, 0, 0]])
+    with torch.inference_mode():
+        state, tokens = OneDNNDecoder(model, src), torch.full((3,), 1)
+        for _ in range(3):
+            tokens = state.step(tokens).argmax(dim=-1)
+        keys = [k[:, :, :3].clone() for k, _ in state.self_kv]
+        values = [v[:, :, :3].clone() for _, v in state.self_kv]
+        bias = torch.zeros(state.src_mask.shape).masked_fill_(~state.src_mask, float("-inf"))
+        found, extended = eager_limits.functional_step(
+            model, tokens, 3, keys, values, state.cross_kv, bias
+        )
+        expected = state.step(tokens)
+    torch.testing.assert_close(found, expected, atol=1e-5, rtol=1e-5)
+    for (k, v), (cached_k, cached_v) in zip(extended, state.self_kv, strict=True):
+        torch.testing.assert_close(k, cached_k[:, :, :4], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(v, cached_v[:, :, :4], atol=1e-6, rtol=1e-6)
 
 
 def test_a_benchmark_writes_its_result_with_a_manifest(tmp_path):
