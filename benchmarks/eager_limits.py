@@ -130,9 +130,8 @@ def functional_step(model, tokens, length: int, keys, values, cross, bias):
     return model.generator(x), extended
 
 
-def compiled_step(args: argparse.Namespace) -> dict:
+def compiled_step(args: argparse.Namespace, model, tokenizer) -> dict:
     """Per-step milliseconds of the flat step, the functional step and the compiled one."""
-    model, tokenizer = load_pretrained(args.model)
     encoded = tokenizer.encode_batch(sources(model)[:ROWS])
     src = torch.zeros(len(encoded), max(map(len, encoded)) + 1, dtype=torch.long)
     for row, ids in enumerate(encoded):
@@ -189,8 +188,13 @@ def main() -> None:
         return
     args.device = "cpu"
     device = common.setup(parser, args)
-    results = {"model": args.model, "memory": memory(args), "compiled step": compiled_step(args)}
-    results["own search"] = model_search(load_pretrained(args.model)[0]).recorded()
+    model, tokenizer = load_pretrained(args.model)
+    results = {
+        "model": args.model,
+        "own search": model_search(model).recorded(),
+        "memory": memory(args),
+        "compiled step": compiled_step(args, model, tokenizer),
+    }
     common.save(args, device, "eager_limits", results)
 
 

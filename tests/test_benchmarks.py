@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lib.book.performance import PEAKS, forward_flops, peak_for, training_flops
 from transformer_lib.book.recurrent import RecurrentConfig, RecurrentTranslator
+from transformer_lib.decoding import OneDNNDecoder
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import PAD_ID
 
@@ -332,8 +333,6 @@ def run_script(*arguments, cwd=ROOT):
 def test_the_step_it_compiles_is_the_step_translate_runs():
     """eager_limits compiles a functional decoder step: on a small post-LN model it gives the
     logits of OneDNNDecoder's flat step, whose cache it is handed, for padded sources."""
-    from transformer_lib.decoding import OneDNNDecoder
-
     torch.manual_seed(0)
     config = TransformerConfig(40, 40, d_model=32, d_ff=64, n_heads=4, n_layers=2, dropout=0.0)
     model = Transformer(config).eval()

@@ -211,7 +211,7 @@ def encode_in_groups(
     return memory
 
 
-# %% book/inference_engine.md:1133 (cell 36)
+# %% book/inference_engine.md:1132 (cell 36)
 from dataclasses import dataclass
 from functools import partial
 
