@@ -74,6 +74,7 @@ LAYERS = [
     # FLOPs (of both kinds of model); Table 3's variants; the translator page's inside and the
     # anatomy of a training run, drawn with the diagrams' tools
     ["book.anatomy", "book.performance", "book.translator_internals", "book.variations"],
+    ["book.variant_run"],  # one variant of Table 3 trained and scored
     ["book.report", "book.sweep", "book.verdicts"],  # what a run or a sweep writes, how it reads
     # the solutions of Part I's exercises, which the chapters call
     ["book.solutions_evaluation", "book.solutions_model", "book.solutions_training"],
@@ -86,8 +87,6 @@ MAX_LINES = 420
 LONG_MODULES: dict[str, str] = {
     "training": "the loop's run state and named steps (no function over 80 lines) grew it; the "
     "Part I objective (training.md) and the Part II loop (training_loop.md) are to part",
-    "book.sweep": "run_sweep's named steps grew it; the running of one variant is to move to a "
-    "module of its own",
 }
 
 

@@ -14,6 +14,8 @@ Usage::
     python tools/table3.py --profile full --list               # the variants, sizes and costs
     python tools/table3.py --profile full --prepare            # only train the sweep's tokenizer
     python tools/table3.py --profile full --calibrate 200      # time the base, project the sweep
+    python tools/table3.py --profile full --calibrate 200 --lanes 3   # and three bases at once
+    python tools/table3.py --profile full --lanes 3            # three variants at a time
 
 Errors a user can cause end in one line on stderr and exit status 2.
 """
@@ -21,12 +23,14 @@ Errors a user can cause end in one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))  # sweep_lanes, when imported rather than run
 DEFAULT_OUT = {
     "full": ROOT / "results" / "table3",
     "cpu": ROOT / "results" / "table3-cpu",
@@ -54,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
     parser.add_argument("--device", help="cuda or cpu (default: the profile's, else cuda if any)")
     parser.add_argument("--budget-s", type=float, help="start no variant that would end later")
+    parser.add_argument(
+        "--lanes",
+        type=int,
+        default=1,
+        help="variants trained at once, each in a process of its own (for a GPU; default 1)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     actions = parser.add_mutually_exclusive_group()
     actions.add_argument("--list", action="store_true", help="list the variants and stop")
@@ -128,6 +138,12 @@ def calibrate(args, profile, work: Path) -> int:
             f"({rate / 1e12:.3g} TFLOP/s{mfu}), {record['eval_wall_s']:.1f} s evaluation, "
             f"{record['tokens_per_s']:.0f} target tokens/s"
         )
+    gain = 1.0  # the card's speed with the lanes, against one variant alone
+    if args.lanes > 1:
+        from sweep_lanes import calibrate_lanes
+
+        if (gain := calibrate_lanes(args, work, records[0])) is None:
+            return 1
     train_pairs = load_multi30k("train", args.src, args.tgt, args.data_dir)
     pairs = encode_pairs(tokenizer, train_pairs, profile.max_len)
     planned = {}  # (max_tokens, seed, steps, length limit) -> the lengths trained on
@@ -144,18 +160,32 @@ def calibrate(args, profile, work: Path) -> int:
         total_train += seconds
         total_eval += eval_s[kind]
         print(f"  {v.name:16s} {seconds + eval_s[kind]:7.0f} s")
+    total_train, total_eval = total_train / gain, total_eval / gain
     total = total_train + total_eval
-    print(f"projected sweep at {steps} steps: {total / 60:.1f} min (plus start-up per command)")
+    lanes = f" in {args.lanes} lanes" if args.lanes > 1 else ""
+    print(
+        f"projected sweep at {steps} steps{lanes}: {total / 60:.1f} min (plus start-up per command)"
+    )
     budget = profile.minutes * 60
     fitting = int(np.floor(steps * (budget - total_eval) / max(total_train, 1e-9) / 50) * 50)
     print(f"steps that fit {profile.minutes:g} minutes with the same evaluation: about {fitting}")
     return 0
 
 
+def check_device(device: str | None) -> None:
+    """Refuse a --device that PyTorch cannot name, before any work."""
+    import torch
+
+    try:
+        torch.device(device or "cpu")
+    except RuntimeError as err:
+        raise ValueError(f"--device {device!r} is not a device: use cpu, cuda or cuda:N") from err
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    from transformer_lib.book.sweep import run_sweep, sweep_tokenizer
+    from transformer_lib.book.sweep import MANIFEST_FILE, run_sweep, sweep_tokenizer
     from transformer_lib.book.variations import SWEEP_PROFILES
 
     profile = SWEEP_PROFILES[args.profile]
@@ -164,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.max_steps is not None and args.max_steps < 1:
             raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}")
+        check_device(args.device)
+        if args.lanes < 1:
+            raise ValueError(f"--lanes must be at least 1, got {args.lanes}")
         if args.budget_s is not None and args.budget_s <= 0:
             raise ValueError(f"--budget-s must be positive, got {args.budget_s}")
         if args.data_dir is not None and not args.data_dir.is_dir():
@@ -181,27 +214,31 @@ def main(argv: list[str] | None = None) -> int:
             if args.calibrate < 1:
                 raise ValueError(f"--calibrate needs at least 1 step, got {args.calibrate}")
             return calibrate(args, profile, work)
-        provenance = {"command": " ".join(["python", "tools/table3.py", *(argv or sys.argv[1:])])}
-        written = run_sweep(
-            profile,
-            out,
-            work,
-            src=args.src,
-            tgt=args.tgt,
-            only=args.only,
-            max_steps=args.max_steps,
-            data_dir=args.data_dir,
-            device=args.device,
-            budget_s=args.budget_s,
-            provenance=provenance,
-            progress=not args.quiet,
-        )
+        command = " ".join(["python", "tools/table3.py", *(argv or sys.argv[1:])])
+        if args.lanes > 1:
+            from sweep_lanes import sweep_in_lanes
+
+            written, failed = sweep_in_lanes(args, profile, out, work, command)
+        else:
+            written = run_sweep(
+                profile,
+                out,
+                work,
+                src=args.src,
+                tgt=args.tgt,
+                only=args.only,
+                max_steps=args.max_steps,
+                data_dir=args.data_dir,
+                device=args.device,
+                budget_s=args.budget_s,
+                provenance={"command": command},
+                progress=not args.quiet,
+            )
+            failed = json.loads((out / MANIFEST_FILE).read_text())["invocations"][-1]["failed"]
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    import json
-
-    from transformer_lib.book.sweep import MANIFEST_FILE, read_results
+    from transformer_lib.book.sweep import read_results
     from transformer_lib.book.variations import select_variants, sweep_variants
 
     tokenizer, _ = sweep_tokenizer(profile, work, args.src, args.tgt, data_dir=args.data_dir)
@@ -214,7 +251,6 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(written)} variant(s) run now; {len(wanted) - len(left)} of {len(wanted)} done in {out}"
     )
     print("sweep complete" if not left else f"left: {' '.join(left)}")
-    failed = json.loads((out / MANIFEST_FILE).read_text())["invocations"][-1]["failed"]
     for name, message in failed.items():
         print(f"failed: {name}: {message}", file=sys.stderr)
     return 1 if failed else 0

@@ -15,12 +15,17 @@
 # sweep uses the same tokenizer: keep data/multi30k and that file beside the code.
 #
 # Then, from the repository root:
-#   1. bash tools/gpu/table3.sh calibrate               about 1-2 minutes
-#      Trains the base and the LSTM for 200 updates, prints the measured speed and the sweep's
-#      projected time at 2,000 updates, and the number of updates that would fit 25 minutes.
-#      If the projection is over budget, pass that number as STEPS to every sweep command.
-#   2. [STEPS=<n>] bash tools/gpu/table3.sh sweep
-#      Repeat until its output ends with "sweep complete" (three commands by the estimate).
+#   1. LANES=3 bash tools/gpu/table3.sh calibrate       about 1-2 minutes
+#      Trains the base and the LSTM for 200 updates, then LANES bases at once, each in a process
+#      of its own (LANES=1: none), and prints the measured speed, how many times as fast the card
+#      trains with the lanes, the sweep's projected time at 2,000 updates in LANES lanes, and the
+#      number of updates that would fit 25 minutes. If the projection is over budget, pass that
+#      number as STEPS to every sweep command.
+#   2. [STEPS=<n>] LANES=3 bash tools/gpu/table3.sh sweep
+#      Runs LANES variants at a time (default 1: one after the other), each in a process of its
+#      own, since one of these models leaves most of the card idle (book/sweep.md, "On one GPU").
+#      Repeat until its output ends with "sweep complete" (three commands by the estimate for
+#      one lane).
 #      The sweep writes results/table3/ in the repository and also copies variants.jsonl,
 #      manifest.json, buckets.json and hypotheses/ to $OUT/table3/ (default /tmp/table3-out),
 #      for a GPU machine other than the one you commit from: copy them into results/table3/
@@ -50,8 +55,9 @@ source tools/gpu/environment.sh  # the pinned tokenizers and sacrebleu, or a sto
 OUT="${OUT:-/tmp/table3-out}"
 RUNS="${RUNS:-runs}"
 mkdir -p "$OUT/table3"
-steps=()
-if [[ -n "${STEPS:-}" ]]; then steps=(--max-steps "$STEPS"); fi
+options=()
+if [[ -n "${STEPS:-}" ]]; then options=(--max-steps "$STEPS"); fi
+options+=(--lanes "${LANES:-1}")
 PROFILE="${PROFILE:-full}"
 work="$RUNS/table3-$PROFILE"
 case "$PROFILE" in
@@ -69,7 +75,7 @@ case "${1:-}" in
     [[ "${DRY_RUN:-0}" == 1 ]] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
     "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
     "$PYTHON" tools/table3.py --profile "$PROFILE" --work "$work" --out "$results" \
-      --calibrate "${CALIBRATE:-200}" --quiet "${steps[@]}" "${device[@]}" \
+      --calibrate "${CALIBRATE:-200}" --quiet "${options[@]}" "${device[@]}" \
       2>&1 | tee "$OUT/table3/calibration.txt"
     ;;
   sweep)
@@ -79,7 +85,7 @@ case "${1:-}" in
     fi
     # 600 s per command: start no variant after about 480 s, stop hard at 560 s, then copy.
     timeout 560 "$PYTHON" tools/table3.py --profile "$PROFILE" --work "$work" --out "$results" \
-      --budget-s "${BUDGET_S:-480}" --quiet "${steps[@]}" "${device[@]}"
+      --budget-s "${BUDGET_S:-480}" --quiet "${options[@]}" "${device[@]}"
     status=$?
     cp -r "$results/variants.jsonl" "$results/manifest.json" "$results/buckets.json" \
       "$results/hypotheses" "$OUT/table3/" 2>/dev/null

@@ -11,39 +11,30 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
 import torch
 
-from transformer_lib.batching import BatchesByLength, encode_pairs, make_batches
-from transformer_lib.book.lengths import (
-    bucket_scores,
-    length_buckets,
-    pairs_within,
-    trained_lengths,
-)
+from transformer_lib.batching import encode_pairs
+from transformer_lib.book.lengths import length_buckets, pairs_within, trained_lengths
 from transformer_lib.book.performance import training_flops
-from transformer_lib.book.recurrent import RecurrentConfig, RecurrentDecoder
+from transformer_lib.book.recurrent import RecurrentConfig
 from transformer_lib.book.variations import (
     SweepError,
     SweepProfile,
     Variant,
-    build_model,
     read_back,
     select_variants,
     sweep_identity,
     sweep_variants,
 )
-from transformer_lib.checkpoints import CheckpointError
 from transformer_lib.data import load_multi30k
-from transformer_lib.decoding import SearchConfig, SentenceGroupedDecoder, translate
-from transformer_lib.evaluation import corpus_scores
 from transformer_lib.provenance import device_name, environment, jsonable, write_text_atomically
 from transformer_lib.tokenizer import BPETokenizer
-from transformer_lib.training import evaluate_loss, train
 
 logger = logging.getLogger(__name__)
 
@@ -118,119 +109,10 @@ def sweep_tokenizer(
     return tokenizer, path
 
 
-# %% book/sweep.md:820 (cell 26)
-def _train_variant(variant: Variant, pairs, valid_batches, run_dir: Path, device, progress):
-    """Train one variant in ``run_dir``, continuing from its last checkpoint when there is one."""
-    t = variant.training
-    for resume in [True, False] if (run_dir / "checkpoints" / "last.pt").is_file() else [False]:
-        if not resume and run_dir.exists():
-            shutil.rmtree(run_dir)  # an unusable or unfinished run of other settings
-        if resume:
-            logger.info("%s: resuming from its last checkpoint", variant.name)
-        torch.manual_seed(t.seed)  # the initial weights
-        model = build_model(variant.model)
-        try:
-            summary = train(
-                model,
-                BatchesByLength(pairs, t.max_tokens, t.seed),
-                t,
-                run_dir,
-                d_model=variant.model.d_model,
-                pad_id=variant.model.pad_id,
-                valid_batches=valid_batches,
-                model_config=variant.model,
-                metadata={"sweep": "table3", "variant": variant.name},
-                resume=resume,
-                device=device,
-                progress=progress,
-            )
-        except CheckpointError as err:
-            logger.warning("%s: cannot resume (%s); training it again", variant.name, err)
-            continue
-        if summary["step"] == t.max_steps:
-            return model, summary
-    raise SweepError(f"{variant.name} did not reach {t.max_steps} steps in {run_dir}")
+# %% book/sweep.md:961 (cell 28)
+from transformer_lib.book.variant_run import run_variant
 
 
-def _validation_curve(run_dir: Path) -> list[dict]:
-    """The validation perplexity at each validation of a run, against its updates' seconds."""
-    curve = {}  # by step: a resumed run may have logged a step twice
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        entry = json.loads(line)
-        if entry.get("kind") == "valid":
-            curve[entry["step"]] = {k: entry[k] for k in ("step", "wall_s", "ppl")}
-    return [curve[step] for step in sorted(curve)]
-
-
-def run_variant(
-    variant: Variant,
-    profile: SweepProfile,
-    tokenizer: BPETokenizer,
-    pairs,
-    valid_pairs,
-    run_dir: Path,
-    device: torch.device,
-    progress: bool = False,
-) -> dict:
-    """Train ``variant`` on ``pairs`` (those within its ``train_max_len``), score it on
-    ``valid_pairs`` and return its line of the results, with its translations of them under
-    "hypotheses" (which :func:`run_sweep` writes to a file of their own)."""
-    valid_encoded = encode_pairs(tokenizer, valid_pairs)
-    valid_batches = make_batches(valid_encoded, variant.training.max_tokens)
-    pairs = pairs_within(pairs, variant.train_max_len)
-    model, summary = _train_variant(variant, pairs, valid_batches, run_dir, device, progress)
-    started = time.perf_counter()
-    valid = summary["valid"] or evaluate_loss(model, valid_batches, variant.model.pad_id, device)
-    recurrent = isinstance(variant.model, RecurrentConfig)
-    state = RecurrentDecoder if recurrent else SentenceGroupedDecoder  # translate's own
-    search = SearchConfig(
-        beam_size=profile.beam_size, alpha=profile.alpha, batch_size=profile.translate_batch
-    )
-    sources = [source for source, _ in valid_pairs]
-    references = [target for _, target in valid_pairs]
-    hypotheses = translate(model, tokenizer, sources, search, decoder_state=state)
-    scores = corpus_scores(hypotheses, references)
-    eval_wall = time.perf_counter() - started
-    t = variant.training
-    src_lengths, tgt_lengths = trained_lengths(pairs, t.max_tokens, t.seed, summary["step"])
-    tgt_tokens = sum(tgt_lengths)
-    train_wall = round(summary["wall_s"], 3)
-    buckets = length_buckets(valid_encoded, profile.short_len)
-    record = {
-        "name": variant.name,
-        "row": variant.row,
-        "label": variant.label,
-        "replica_of": variant.replica_of,  # None for a variant's first run
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "steps": summary["step"],
-        "epochs": summary["epoch"],
-        "train_pairs": len(pairs),
-        "valid_loss": valid["loss"],
-        "valid_ppl": valid["ppl"],  # per BPE token of the validation split's targets
-        "valid_tokens": valid["tokens"],
-        "valid_curve": _validation_curve(run_dir),
-        "bleu": scores["bleu"],
-        "bleu_signature": scores["bleu_signature"],
-        "chrf": scores["chrf"],
-        # BLEU of the sentences within short_len tokens on both sides, and of the others.
-        "bleu_by_length": bucket_scores(hypotheses, references, buckets),
-        "train_wall_s": train_wall,
-        "eval_wall_s": round(eval_wall, 3),
-        "train_src_tokens": sum(src_lengths),
-        "train_tgt_tokens": tgt_tokens,
-        "tokens_per_s": tgt_tokens / max(train_wall, 1e-3),  # target tokens, as training logs
-        # The matrix products of training over the very sentences it trained on.
-        "estimated_flops": training_flops(variant.model, src_lengths, tgt_lengths),
-        "samples": [
-            {"source": s, "reference": r, "hypothesis": h}
-            for (s, r), h in list(zip(valid_pairs, hypotheses, strict=True))[:3]
-        ],
-        "hypotheses": hypotheses,
-    }
-    return record
-
-
-# %% book/sweep.md:940 (cell 28)
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -297,7 +179,7 @@ def _write_result(out: Path, name: str, record: dict) -> None:
     write_text_atomically(results, previous + json.dumps(record) + "\n")
 
 
-def _planned_flops(variant: Variant, pairs, planned: dict) -> float:
+def planned_flops(variant: Variant, pairs, planned: dict) -> float:
     """The FLOPs of training ``variant`` over the sentences it will train on, for the cost
     estimate that budget_s relies on; variants with the same batches (all but other seeds and
     lengths) share them in ``planned``."""
@@ -381,6 +263,52 @@ def _keep(
     )
 
 
+@dataclass
+class SweepPlan:
+    """What a call of the sweep starts from, once ``out`` is known to hold only lines of this
+    sweep made with the settings of its variants."""
+
+    train: list  # the training split's (source, target) sentence pairs
+    valid: list  # the validation sentences scored, as pairs
+    tokenizer: BPETokenizer
+    tokenizer_hash: str  # the sha256 of the vocabulary's JSON, which the manifest names
+    manifest: dict  # out's manifest ({} when none)
+    done: dict  # out's lines by name
+    todo: list  # the variants out lacks, in the order they run (run_order)
+    settings: Callable[[Variant], dict]  # what decides a variant's line
+
+
+def plan_sweep(
+    profile: SweepProfile,
+    out: Path,
+    work: Path,
+    src: str,
+    tgt: str,
+    only: Sequence[str] | None = None,
+    max_steps: int | None = None,
+    data_dir: Path | None = None,
+) -> SweepPlan:
+    """Read the data, the sweep's vocabulary (trained into ``work`` the first time) and what
+    ``out`` holds; refuse an ``out`` of another sweep or with lines made otherwise."""
+    if src == tgt:
+        raise SweepError(f"source and target language are both {src!r}: choose two languages")
+    train_pairs = load_multi30k("train", src, tgt, data_dir)  # checks the data before any work
+    valid_pairs = load_multi30k("val", src, tgt, data_dir)[: profile.valid_sentences]
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    tokenizer, _ = sweep_tokenizer(profile, work, src, tgt, train_pairs)
+    tokenizer_hash = hashlib.sha256(tokenizer.to_json().encode()).hexdigest()
+    manifest = _checked_manifest(out, work, profile, src, tgt, tokenizer_hash)
+    variants = select_variants(sweep_variants(profile, tokenizer.vocab_size, max_steps), only)
+    variants.sort(key=run_order)  # stable: table order within a row
+    done = {record["name"]: record for record in read_results(out)}
+    settings = partial(_settings, profile=profile, src=src, tgt=tgt, valid=len(valid_pairs))
+    todo = _pending(variants, done, out, settings)
+    return SweepPlan(
+        train_pairs, valid_pairs, tokenizer, tokenizer_hash, manifest, done, todo, settings
+    )
+
+
 def run_sweep(
     profile: SweepProfile,
     out: Path,
@@ -408,23 +336,11 @@ def run_sweep(
     """
     started, started_utc = time.perf_counter(), _now()
     out, work = Path(out), Path(work)
-    if src == tgt:
-        raise SweepError(f"source and target language are both {src!r}: choose two languages")
-    train_pairs = load_multi30k("train", src, tgt, data_dir)  # checks the data before any work
-    valid_pairs = load_multi30k("val", src, tgt, data_dir)[: profile.valid_sentences]
-    out.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
-    tokenizer, _ = sweep_tokenizer(profile, work, src, tgt, train_pairs)
-    tokenizer_hash = hashlib.sha256(tokenizer.to_json().encode()).hexdigest()
-    manifest = _checked_manifest(out, work, profile, src, tgt, tokenizer_hash)
-    variants = select_variants(sweep_variants(profile, tokenizer.vocab_size, max_steps), only)
-    variants.sort(key=run_order)  # stable: table order within a row
-    done = {record["name"]: record for record in read_results(out)}
-    settings = partial(_settings, profile=profile, src=src, tgt=tgt, valid=len(valid_pairs))
-    todo = _pending(variants, done, out, settings)
+    plan = plan_sweep(profile, out, work, src, tgt, only, max_steps, data_dir)
+    manifest, tokenizer, valid_pairs, todo = plan.manifest, plan.tokenizer, plan.valid, plan.todo
     default = profile.device or ("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(device or default)
-    pairs = encode_pairs(tokenizer, train_pairs, profile.max_len) if todo else []
+    pairs = encode_pairs(tokenizer, plan.train, profile.max_len) if todo else []
     _write_buckets(out, tokenizer, valid_pairs, profile.short_len)
     invocation = {"started_utc": started_utc, **(provenance or {}), "ran": [], "failed": {}}
     # stopped: None, or why the budget stopped this call early
@@ -434,18 +350,18 @@ def run_sweep(
         "src": src,
         "tgt": tgt,
         "profile": jsonable(profile),
-        "tokenizer_sha256": tokenizer_hash,
+        "tokenizer_sha256": plan.tokenizer_hash,
         "vocab_size": tokenizer.vocab_size,
         "train_pairs": len(pairs) if todo else manifest.get("train_pairs"),
         "valid_sentences": len(valid_pairs),
         "environment": environment(device),
         "invocations": manifest.get("invocations", []) + [invocation],
-        "variants": sorted(done),
+        "variants": sorted(plan.done),
     }
     seconds_per_flop = 0.0  # the slowest measured so far, evaluation included
     written, planned = [], {}
     for variant in todo:
-        seconds = seconds_per_flop * _planned_flops(variant, pairs, planned)
+        seconds = seconds_per_flop * planned_flops(variant, pairs, planned)
         if _over_budget(variant, seconds, budget_s, started, invocation):
             break
         logger.info(
@@ -454,11 +370,53 @@ def run_sweep(
         args = (profile, tokenizer, pairs, valid_pairs, work, device, progress, invocation)
         if (record := _try_variant(variant, *args)) is None:
             continue
-        _keep(record, variant, settings(variant), out, work, manifest, started)
+        _keep(record, variant, plan.settings(variant), out, work, manifest, started)
         total = record["train_wall_s"] + record["eval_wall_s"]
         seconds_per_flop = max(seconds_per_flop, total / record["estimated_flops"])
         written.append(record)
     invocation["wall_s"] = round(time.perf_counter() - started, 3)
+    write_text_atomically(out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
+    return written
+
+
+# %% book/sweep.md:1242 (cell 30)
+def _same_sweep(manifest: dict, other: dict) -> bool:
+    """Whether two manifests are of one sweep: profile, language pair and BPE vocabulary."""
+    keys = ("src", "tgt", "tokenizer_sha256")
+    return sweep_identity(manifest["profile"]) == sweep_identity(other["profile"]) and all(
+        manifest.get(key) == other.get(key) for key in keys
+    )
+
+
+def merge_lane(out: Path, lane: Path, manifest: dict, note: dict | None = None) -> list[dict]:
+    """Move the lines that the sweep folder ``lane`` holds and ``out`` lacks into ``out``, each
+    with ``note`` added (e.g. ``{"lanes": 3}``): its translations first, then its line, then
+    ``manifest`` (``out``'s, whose last invocation is the call merging), which names the lines,
+    the lane's failures and the lane's own invocation. Returns the lines written."""
+    out, lane = Path(out), Path(lane)
+    theirs = json.loads((lane / MANIFEST_FILE).read_text())
+    if "profile" in manifest and not _same_sweep(manifest, theirs):
+        raise SweepError(f"{lane} holds a sweep other than the one in {out}: it cannot join it")
+    done = {record["name"] for record in read_results(out)}
+    written = []
+    for record in read_results(lane):
+        if record["name"] in done:
+            continue
+        text = (lane / HYPOTHESES_FOLDER / f"{record['name']}.txt").read_text(encoding="utf-8")
+        written.append(record | (note or {}))
+        _write_result(out, record["name"], written[-1] | {"hypotheses": text.split("\n")[:-1]})
+    if not (out / BUCKETS_FILE).is_file():
+        shutil.copyfile(lane / BUCKETS_FILE, out / BUCKETS_FILE)
+    invocation, lane_invocation = manifest["invocations"][-1], theirs["invocations"][-1]
+    invocation["ran"] += [record["name"] for record in written]
+    invocation["failed"] |= lane_invocation["failed"]
+    invocation.setdefault("device", lane_invocation["device"])
+    invocation.setdefault("lane_invocations", []).append(lane_invocation)
+    names = set(manifest.get("variants", [])) | done | set(invocation["ran"])
+    kept = {key: value for key, value in theirs.items() if key not in ("invocations", "variants")}
+    merged = kept | {"invocations": manifest["invocations"], "variants": sorted(names)}
+    manifest.clear()  # in place: the caller's manifest is the one written
+    manifest.update(merged)
     write_text_atomically(out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
     return written
 
@@ -472,6 +430,9 @@ __all__ = [
     "MANIFEST_FILE",
     "read_results",
     "sweep_tokenizer",
-    "run_variant",
+    "planned_flops",
+    "SweepPlan",
+    "plan_sweep",
     "run_sweep",
+    "merge_lane",
 ]
