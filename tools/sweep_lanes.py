@@ -173,15 +173,15 @@ def over_budget(budget_s: float | None, end_s: float) -> bool:
     return budget_s is not None and end_s > budget_s
 
 
-def calibrate_lanes(args, work: Path, alone: dict) -> float | None:
+def calibrate_lanes(args, work: Path, tokenizer: Path, alone: dict) -> float | None:
     """Train the base for ``args.calibrate`` updates in ``args.lanes`` lanes at once, each in a
-    work folder of its own, and compare with ``alone`` (its line, trained by itself just before):
-    returns how many lanes' work the card did in the time of one alone (None if a lane failed)."""
+    work folder of its own with a copy of the sweep's ``tokenizer`` file, and compare with
+    ``alone`` (its line, trained by itself just before): returns how many lanes' work the card
+    did in the time of one alone (None if a lane failed)."""
     from transformer_lib.book.sweep import read_results
 
     root = work / "calibration-lanes"
     shutil.rmtree(root, ignore_errors=True)
-    tokenizer = next(work.glob(f"tokenizer-{args.src}-{args.tgt}-*.json"))
     processes = []
     for lane in range(args.lanes):
         folder = root / str(lane)

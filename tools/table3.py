@@ -124,7 +124,7 @@ def calibrate(args, profile, work: Path) -> int:
     if len(records) < 2:
         print("error: the calibration runs failed (see the log above)", file=sys.stderr)
         return 1
-    tokenizer, _ = sweep_tokenizer(profile, work, args.src, args.tgt)
+    tokenizer, tokenizer_file = sweep_tokenizer(profile, work, args.src, args.tgt)
     variants = sweep_variants(profile, tokenizer.vocab_size, args.max_steps)
     per_flop, eval_s = {}, {}
     for record, kind in zip(records, ("transformer", "lstm"), strict=True):
@@ -142,7 +142,7 @@ def calibrate(args, profile, work: Path) -> int:
     if args.lanes > 1:
         from sweep_lanes import calibrate_lanes
 
-        if (gain := calibrate_lanes(args, work, records[0])) is None:
+        if (gain := calibrate_lanes(args, work, tokenizer_file, records[0])) is None:
             return 1
     train_pairs = load_multi30k("train", args.src, args.tgt, args.data_dir)
     pairs = encode_pairs(tokenizer, train_pairs, profile.max_len)
