@@ -60,6 +60,14 @@ def lane_environment(lanes: int) -> dict:
     return os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
 
 
+def spawn(command: list[str], log: Path, lanes: int) -> subprocess.Popen:
+    """Start one lane's process, its output (both streams) written to ``log``."""
+    with log.open("w") as file:  # the child keeps its own handle
+        return subprocess.Popen(
+            command, stdout=file, stderr=subprocess.STDOUT, env=lane_environment(lanes)
+        )
+
+
 def start_lane(args, name: str, work: Path) -> Lane:
     """Start the lane of ``name`` in a fresh folder, its output in a log beside it."""
     root = work / LANES_FOLDER
@@ -67,13 +75,7 @@ def start_lane(args, name: str, work: Path) -> Lane:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / NOTE_FILE).write_text(json.dumps({"lanes": args.lanes}) + "\n")
-    with log.open("w") as file:  # the child keeps its own handle
-        process = subprocess.Popen(
-            lane_command(args, name, folder, work),
-            stdout=file,
-            stderr=subprocess.STDOUT,
-            env=lane_environment(args.lanes),
-        )
+    process = spawn(lane_command(args, name, folder, work), log, args.lanes)
     return Lane(name, process, folder, log)
 
 
@@ -140,12 +142,14 @@ def sweep_in_lanes(args, profile, out: Path, work: Path, command: str) -> tuple[
     for folder in sorted(p for p in (work / LANES_FOLDER).glob("*") if p.is_dir()):
         written += merge_folder(out, folder, manifest)  # finished by a call cut off before this
     queue = [v for v in plan.todo if v.name not in {r["name"] for r in written}]
-    pairs = encode_pairs(plan.tokenizer, plan.train, profile.max_len) if queue else []
+    # The sentences each variant will train on, for the cost estimate that only a budget needs.
+    budgeted = queue and args.budget_s is not None
+    pairs = encode_pairs(plan.tokenizer, plan.train, profile.max_len) if budgeted else []
     running, planned, seconds_per_flop = [], {}, 0.0
     invocation = manifest["invocations"][-1]
     while queue or running:
         while queue and len(running) < args.lanes:
-            estimate = seconds_per_flop * planned_flops(queue[0], pairs, planned)
+            estimate = seconds_per_flop * planned_flops(queue[0], pairs, planned) if pairs else 0
             if over_budget(args.budget_s, time.perf_counter() - started + estimate):
                 invocation["stopped"] = (
                     f"budget of {args.budget_s:.0f} s: {queue[0].name} would not finish"
@@ -188,11 +192,7 @@ def calibrate_lanes(args, work: Path, tokenizer: Path, alone: dict) -> float | N
         (folder / "out").mkdir(parents=True)
         shutil.copy(tokenizer, folder / tokenizer.name)
         command = lane_command(args, "base", folder / "out", folder, args.calibrate)
-        with (folder / "log.txt").open("w") as log:
-            environment = lane_environment(args.lanes)
-            processes.append(
-                subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
-            )
+        processes.append(spawn(command, folder / "log.txt", args.lanes))
     for process in processes:
         process.wait()
     walls = [
