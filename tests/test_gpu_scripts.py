@@ -1,6 +1,7 @@
 """The GPU scripts in tools/gpu/: they parse, and they name the code's commit the one way the
 library reads it (``transformer_lib.provenance.COMMIT_ENV``) where a copy has no .git."""
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -58,7 +59,51 @@ def test_a_commit_named_by_the_variable_wins_over_a_stale_git(monkeypatch):
     monkeypatch.setenv(COMMIT_ENV, other)
     named = git_commit()
     assert named["git_commit"] == other and named["git_source"] == "environment"
-    assert named["git_checkout"] == {"commit": seen["git_commit"], "dirty": seen["git_dirty"]}
+    said = {key.removeprefix("git_"): value for key, value in seen.items()}
+    assert named["git_checkout"] == {
+        "commit": said.pop("commit"),
+        **{
+            f"git_{key}": value
+            for key, value in said.items()
+            if key in ("dirty", "changed", "diff_sha256")
+        },
+    }
+
+
+def _git(folder, *command) -> str:
+    done = subprocess.run(["git", *command], cwd=folder, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_dirty_tree_names_its_changed_files_and_the_hash_of_its_diff(tmp_path, monkeypatch):
+    from transformer_lib.provenance import git_commit, source_digest
+
+    monkeypatch.delenv(COMMIT_ENV, raising=False)
+    (tmp_path / "transformer_lib").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "transformer_lib" / "model.py").write_text("width = 128\n")
+    (tmp_path / "results" / "bleu.json").write_text("{}\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start")
+    clean = git_commit(tmp_path)
+    assert clean["git_dirty"] is False and "git_changed" not in clean
+    assert clean["git_commit"] == _git(tmp_path, "rev-parse", "HEAD").strip()
+    # What runs write under results/ changes neither the record nor the digest of the code.
+    (tmp_path / "results" / "bleu.json").write_text('{"bleu": 1}\n')
+    assert git_commit(tmp_path) == clean
+    (tmp_path / "transformer_lib" / "model.py").write_text("width = 192\n")
+    dirty = git_commit(tmp_path)
+    diff = _git(tmp_path, "diff", "HEAD", "--binary", "--", ".", ":(exclude)results")
+    assert dirty["git_dirty"] is True and dirty["git_changed"] == ["transformer_lib/model.py"]
+    assert dirty["git_diff_sha256"] == hashlib.sha256(diff.encode()).hexdigest()
+    assert dirty["source_sha256"] == source_digest(tmp_path) != clean["source_sha256"]
+    # Without git (a copy of the files only), the digest still says which code ran.
+    shutil.rmtree(tmp_path / ".git")
+    copied = git_commit(tmp_path)
+    assert copied["git_source"] == "environment" and copied["git_commit"] is None
+    assert copied["source_sha256"] == dirty["source_sha256"]
 
 
 # How the project is made is no business of a reader who runs a script on a GPU machine.

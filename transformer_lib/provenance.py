@@ -6,6 +6,7 @@
 """Provenance (Part II): files that appear whole, and which code and machine made a result."""
 
 import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -97,37 +98,79 @@ def jsonable(config) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-# %% book/runs.md:174 (cell 8)
-def _git(*command: str) -> str | None:
-    """The output of ``git <command>`` in the checkout the package is imported from, or None
-    where git or .git is missing."""
+# %% book/runs.md:179 (cell 8)
+def _checkout() -> Path:
+    """The folder that holds the imported package: a git checkout, or a copy of one."""
     import transformer_lib
 
-    checkout = Path(transformer_lib.__file__).resolve().parent.parent
+    return Path(transformer_lib.__file__).resolve().parent.parent
+
+
+def _git(*command: str, cwd: Path, strip: bool = True) -> str | None:
+    """The output of ``git <command>`` in ``cwd``, or None where git or .git is missing."""
     try:
         done = subprocess.run(
-            ["git", *command], cwd=checkout, capture_output=True, text=True, timeout=30
+            ["git", *command], cwd=cwd, capture_output=True, text=True, timeout=30
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() if strip else done.stdout
 
 
-def git_commit() -> dict:
-    """The commit of the code and whether the working tree's code differs from it; from
+# The folders whose files are the code a result can depend on; results/ is what runs write.
+CODE_FOLDERS = ("transformer_lib", "tools", "benchmarks")
+CODE_SUFFIXES = (".py", ".sh")
+
+
+def source_digest(checkout: Path | None = None) -> str:
+    """SHA-256 over the code under ``checkout`` (default: where the package is imported from):
+    each ``.py`` and ``.sh`` file of :data:`CODE_FOLDERS`, by its path and its bytes, in path
+    order. It needs no git, so a copy of the code without ``.git`` can name what it ran."""
+    checkout = Path(checkout) if checkout is not None else _checkout()
+    digest = hashlib.sha256()
+    files = [p for folder in CODE_FOLDERS for p in (checkout / folder).rglob("*")]
+    for path in sorted(p for p in files if p.suffix in CODE_SUFFIXES and p.is_file()):
+        digest.update(path.relative_to(checkout).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _changes(checkout: Path) -> dict:
+    """What the working tree changes against its commit, outside ``results/``: nothing, or the
+    changed files and the SHA-256 of the diff."""
+    outside_results = ("--", ".", ":(exclude)results")
+    status = _git("status", "--porcelain", "--untracked-files=no", *outside_results, cwd=checkout)
+    if not status:
+        return {"git_dirty": False}
+    diff = _git("diff", "HEAD", "--binary", *outside_results, cwd=checkout, strip=False) or ""
+    changed = _git("diff", "HEAD", "--name-only", *outside_results, cwd=checkout) or ""
+    return {
+        "git_dirty": True,
+        "git_changed": changed.splitlines(),
+        "git_diff_sha256": hashlib.sha256(diff.encode()).hexdigest(),
+    }
+
+
+def git_commit(checkout: Path | None = None) -> dict:
+    """The commit of the code under ``checkout`` (default: where the package is imported from),
+    what the working tree changes against it, and :func:`source_digest`; the commit comes from
     ``$TRANSFORMER_LIB_COMMIT`` where the code is not a git checkout or where the variable names
     another commit than git's (a copied ``.git`` can be older than the files beside it: what git
     said is then kept under ``git_checkout``). Changes under ``results/`` do not count: they are
     what runs write, such as a report replacing the one in the commit."""
+    checkout = Path(checkout) if checkout is not None else _checkout()
     named = os.environ.get(COMMIT_ENV) or None
-    commit = _git("rev-parse", "HEAD")
+    source = {"source_sha256": source_digest(checkout)}
+    commit = _git("rev-parse", "HEAD", cwd=checkout)
     if commit is None:
-        return {"git_commit": named, "git_source": "environment"}
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+        return {"git_commit": named, "git_source": "environment", **source}
     if named is not None and named != commit:
-        checkout = {"commit": commit, "dirty": bool(status)}
-        return {"git_commit": named, "git_source": "environment", "git_checkout": checkout}
-    return {"git_commit": commit, "git_dirty": bool(status), "git_source": "git"}
+        checkout_said = {"commit": commit, **_changes(checkout)}
+        return {"git_commit": named, "git_source": "environment", "git_checkout": checkout_said,
+                **source}  # fmt: skip
+    return {"git_commit": commit, **_changes(checkout), "git_source": "git", **source}
 
 
 def cpu_name() -> str:
@@ -188,6 +231,9 @@ __all__ = [
     "write_text_atomically",
     "write_json",
     "jsonable",
+    "CODE_FOLDERS",
+    "CODE_SUFFIXES",
+    "source_digest",
     "git_commit",
     "cpu_name",
     "device_name",
