@@ -201,3 +201,41 @@ def test_a_checkpoint_with_unreadable_search_settings_is_refused(tmp_path):
     translation_checkpoint(tmp_path / "last.pt", search={"alpha": -1.0})
     with pytest.raises(CheckpointError, match="search settings"):
         load_translator(tmp_path / "last.pt")
+
+
+def test_the_paired_bleu_interval_is_that_of_sacrebleus_resamples():
+    """paired_bleu's interval, against BLEU recomputed by sacreBLEU on each resample of the
+    sentences (drawn as sacreBLEU draws them), and its p-value against sacreBLEU's own test."""
+    import numpy as np
+    import sacrebleu
+
+    from transformer_lib.book.report import paired_bleu
+
+    words = "a dog runs on the grass near two children with a red ball in the park".split()
+    rng = np.random.default_rng(0)
+    references = [" ".join(rng.choice(words, 8)) for _ in range(40)]
+
+    # two systems: each reference with a few of its words replaced, more often in the first
+    def noisy(p: float) -> list[str]:
+        return [" ".join(w if rng.random() > p else "x" for w in r.split()) for r in references]
+
+    baseline, system = noisy(0.5), noisy(0.2)
+    result = paired_bleu(baseline, system, references, resamples=80)
+    draws = np.random.default_rng(12345).choice(40, (80, 40))
+    differences = sorted(
+        sacrebleu.corpus_bleu([system[i] for i in d], [[references[i] for i in d]]).score
+        - sacrebleu.corpus_bleu([baseline[i] for i in d], [[references[i] for i in d]]).score
+        for d in draws
+    )
+    assert result.low == pytest.approx(differences[2], abs=1e-4)  # 80 // 40 cut at each end
+    assert result.high == pytest.approx(differences[-3], abs=1e-4)
+    assert result.difference == pytest.approx(
+        sacrebleu.corpus_bleu(system, [references]).score
+        - sacrebleu.corpus_bleu(baseline, [references]).score
+    )
+    named = [("baseline", baseline), ("system", system)]
+    metric = {"BLEU": sacrebleu.BLEU(references=[references])}
+    test = sacrebleu.significance.PairedTest(named, metric, None, test_type="bs", n_samples=80)
+    assert result.p_value == test()[1]["BLEU"][1].p_value
+    swapped = paired_bleu(system, baseline, references, resamples=80)
+    assert (swapped.low, swapped.high) == pytest.approx((-result.high, -result.low), abs=1e-4)

@@ -5,6 +5,7 @@ bleu.json is what sacreBLEU computes from its hypotheses and the references."""
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -294,12 +295,13 @@ def references(split: str, src: str, tgt: str) -> list[tuple[str, str]]:
     return list(zip(lines(src), lines(tgt), strict=True))
 
 
-def bleu_problems(folder: Path) -> list[str]:
-    """Where ``folder/bleu.json`` differs from sacreBLEU recomputed from its hypotheses."""
-    bleu = json.loads((folder / "bleu.json").read_text())
+def bleu_problems(folder: Path, name: str = "bleu.json") -> list[str]:
+    """Where ``folder/name`` differs from sacreBLEU recomputed from its hypotheses: the files its
+    splits name, beside it, with the same prefix as its own name (``width_128-de-en.``)."""
+    bleu, prefix = json.loads((folder / name).read_text()), name.removesuffix("bleu.json")
     problems = []
     for split, entry in bleu["splits"].items():
-        hypotheses = (folder / entry["hypotheses"]).read_text().splitlines()
+        hypotheses = (folder / f"{prefix}{entry['hypotheses']}").read_text().splitlines()
         refs = [tgt for _, tgt in references(split, bleu["src"], bleu["tgt"])]
         if bleu.get("limit") is None and len(hypotheses) != len(refs):
             problems.append(f"{split}: {len(hypotheses)} hypotheses for {len(refs)} references")
@@ -319,6 +321,20 @@ def bleu_problems(folder: Path) -> list[str]:
     if bleu["src"] == "de" and bleu["tgt"] == "en" and "test_2016_flickr" not in bleu["splits"]:
         problems.append("test_2016_flickr is missing")
     return problems
+
+
+# Every test score under results/, but the translator page's (tests/test_export.py) and those
+# written with their translations as one tab-separated file (at-paper-alpha, tested below).
+SCORES = sorted(
+    p
+    for p in (ROOT / "results").rglob("*bleu.json")
+    if p.parent.name not in ("translator", "at-paper-alpha")
+)
+
+
+@pytest.mark.parametrize("path", SCORES, ids=[str(p.relative_to(ROOT / "results")) for p in SCORES])
+def test_every_test_score_is_recomputed_from_its_committed_translations(path):
+    assert bleu_problems(path.parent, path.name) == []
 
 
 @pytest.mark.slow
@@ -353,17 +369,99 @@ def test_recorded_runs_agree_with_sacrebleu(folder):
 
 # The fields tools/real_run.py writes into a command's entry of the manifest's command log.
 SCRIPT_FIELDS = {"command", "started", "train_command", "trained_to", "report", "wall_s"}
+# A command that a script of this repository ran: a tool, a benchmark, or the library's command
+# line (directly or under torchrun). Anything else (a copy, a command typed by hand) was not.
+SCRIPT_COMMAND = re.compile(
+    r"^(python3? (tools/|benchmarks/|-m transformer_lib |-m torch\.distributed\.run .*-m transformer_lib )"
+    r"|bash tools/)"
+)
 
 
-@pytest.mark.parametrize("folder", RECORDED, ids=[folder.name for folder in RECORDED])
-def test_what_no_script_wrote_is_marked(folder):
-    manifest = json.loads((folder / "manifest.json").read_text())
-    edits = manifest.get("hand_edits", [])
-    assert all(edit.get("what") and edit.get("why") for edit in edits), "say what and why"
-    for index, entry in enumerate(manifest["command_log"]):
-        if set(entry) - SCRIPT_FIELDS:
-            assert entry.get("written_by_hand") is True, f"command_log[{index}]: mark it"
-            assert any(edit["what"] == f"command_log[{index}]" for edit in edits), index
+def manifests_under(results: Path) -> list[tuple[Path, dict]]:
+    """Every manifest under ``results``: the files named ``*manifest*.json`` and the ``manifest``
+    of any other JSON file there (the benchmarks write theirs inside the measurements)."""
+    found = []
+    for path in sorted(results.rglob("*.json")):
+        value = json.loads(path.read_text())
+        if "manifest" in path.name:
+            found.append((path, value))
+        elif isinstance(value, dict) and isinstance(value.get("manifest"), dict):
+            found.append((path, value["manifest"]))
+    return found
+
+
+def entries(value, where: str = "") -> list[tuple[str, dict]]:
+    """Each object inside ``value`` with its place (``command_log[0]``, ``invocations[2]``)."""
+    found = [(where, value)] if isinstance(value, dict) else []
+    children = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, child in children if isinstance(value, dict | list) else ():
+        place = f"{where}[{key}]" if isinstance(key, int) else (f"{where}.{key}" if where else key)
+        found += entries(child, place) if isinstance(child, dict | list) else []
+    return found
+
+
+def unmarked_entries(manifest: dict) -> list[str]:
+    """What in a manifest no script wrote and nothing marks: a command no script of this
+    repository ran, a note, a field that tools/real_run.py does not write into its command log, or
+    an entry marked by hand that ``hand_edits`` does not explain."""
+    problems = [f"hand_edits[{i}]: say what and why" for i, edit in
+                enumerate(manifest.get("hand_edits", [])) if not (edit.get("what") and edit.get("why"))]  # fmt: skip
+    explained = {edit.get("what") for edit in manifest.get("hand_edits", [])}
+    by_hand = set()
+    for where, entry in entries(manifest):
+        marked = entry.get("written_by_hand") is True
+        if marked:
+            by_hand.add(entry.get("command"))
+            if where not in explained:
+                problems.append(f"{where}: marked by hand, but hand_edits does not say why")
+            continue
+        unexplained = {"note"} & set(entry)
+        if where.startswith("command_log["):
+            unexplained |= set(entry) - SCRIPT_FIELDS
+        commands = [v for k, v in entry.items() if k.endswith("command") and isinstance(v, str)]
+        unexplained |= {c for c in commands if not SCRIPT_COMMAND.match(c)}
+        problems += (
+            [f"{where or 'the manifest'}: {sorted(unexplained)} unmarked"] if unexplained else []
+        )
+    listed = [c for key in ("commands", "train_commands") for c in manifest.get(key, [])]
+    problems += [f"{c!r} is no script's command" for c in listed
+                 if not SCRIPT_COMMAND.match(c) and c not in by_hand]  # fmt: skip
+    return problems
+
+
+MANIFESTS = manifests_under(ROOT / "results")
+
+
+@pytest.mark.parametrize(
+    "path, manifest", MANIFESTS, ids=[str(p.relative_to(ROOT / "results")) for p, _ in MANIFESTS]
+)
+def test_what_no_script_wrote_is_marked(path, manifest):
+    assert unmarked_entries(manifest) == []
+    # A record names the commit of its code; one that says its tree was dirty says how, unless it
+    # was written before manifests recorded that (it then has no source_sha256 either).
+    code = manifest.get("environment", manifest)
+    assert code.get("git_commit"), "name the commit"
+    for said in (code, code.get("git_checkout") or {}):
+        if said.get("git_dirty") and "source_sha256" in code:
+            assert said.get("git_changed") and said.get("git_diff_sha256"), "say what was dirty"
+
+
+def test_the_marking_check_finds_what_no_script_wrote():
+    """Each kind of unmarked entry is caught; marking it with its reason clears it."""
+    entry = {"command": "cp runs/a runs/b", "started": "2026-11-26T20:00:41Z", "wall_s": 0.0}
+    manifest = {"commands": ["cp runs/a runs/b"], "command_log": [entry], "git_commit": "abc"}
+    assert len(unmarked_entries(manifest)) == 2  # the entry, and the list that repeats it
+    manifest["command_log"][0] = {**entry, "written_by_hand": True}
+    assert unmarked_entries(manifest) == [
+        "command_log[0]: marked by hand, but hand_edits does not say why"
+    ]
+    manifest["hand_edits"] = [{"what": "command_log[0]", "why": "copied by hand"}]
+    assert unmarked_entries(manifest) == []
+    script = "python tools/real_run.py --profile laptop"
+    noted = {"command_log": [{"command": script, "note": "stopped by hand"}]}
+    assert unmarked_entries(noted) == ["command_log[0]: ['note'] unmarked"]
+    inside = {"invocations": [{"command": "python tools/table3.py"}, {"command": "rm -r runs"}]}
+    assert unmarked_entries(inside) == ["invocations[1]: ['rm -r runs'] unmarked"]
 
 
 @pytest.mark.parametrize("folder", SEEDS, ids=[folder.name for folder in SEEDS])

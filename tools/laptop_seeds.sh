@@ -6,12 +6,11 @@
 #     nohup bash tools/laptop_seeds.sh > runs/laptop-seeds.log 2>&1 &
 #
 # Run it again after an interruption: each run resumes from its last checkpoint, and a finished
-# run only has its report written again. English -> German with seed 1 was trained earlier
-# (results/laptop-search-2/hour/seed_1-en-de.*); seed 0 is the recorded runs'.
+# run only has its report written again. Seed 0 is the recorded runs'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
-for run in de-en:1 en-de:2 de-en:2; do
+for run in de-en:1 en-de:1 en-de:2 de-en:2; do
     pair=${run%%:*} seed=${run##*:}
     src=${pair%%-*} tgt=${pair##*-}
     report=results/laptop-seeds/$pair-seed_$seed
