@@ -328,6 +328,9 @@ def read_report(folder: Path) -> dict:
 
 
 # %% book/profiles.md:97 (cell 3)
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 # The book's targets: the cased BLEU on test_2016_flickr that each profile's run set out to reach,
 # by (profile, source, target language); the chapter "The real run" sets them beside the anchors.
 TARGETS = {
@@ -340,19 +343,14 @@ TARGETS = {
 
 def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
     """The runs of the `laptop` profile that differ only by their seed, by direction (``"de-en"``)
-    and seed: the recorded run (``multi30k-<src>-<tgt>-laptop/``), ``seed_<N>-<src>-<tgt>.*`` of
-    ``laptop-search-2/hour/``, and the reports of ``laptop-seeds/<src>-<tgt>-seed_<N>/``
-    (``tools/laptop_seeds.sh``). Each is its ``bleu.json``, with its ``config.json`` under
-    ``"config"`` and its ``manifest.json`` under ``"manifest"``; the seed is the one its config
-    records. A folder without ``bleu.json`` (a run still training) is left out."""
+    and seed: the recorded run (``multi30k-<src>-<tgt>-laptop/``) and the reports of
+    ``laptop-seeds/<src>-<tgt>-seed_<N>/`` (``tools/laptop_seeds.sh``), each with its translations.
+    Each is its ``bleu.json``, with its ``config.json`` under ``"config"``, its
+    ``manifest.json`` under ``"manifest"`` and its folder under ``"folder"``; the seed is the one
+    its config records. A folder without ``bleu.json`` (a run still training) is left out."""
     results = Path(results)
     folders = sorted(results.glob("multi30k-*-laptop")) + sorted(results.glob("laptop-seeds/*"))
     files = [(f / "bleu.json", f / "config.json", f / "manifest.json") for f in folders]
-    for bleu in sorted((results / "laptop-search-2" / "hour").glob("seed_*.bleu.json")):
-        stem = bleu.name.removesuffix(".bleu.json")
-        files.append(
-            (bleu, bleu.with_name(f"{stem}.config.json"), bleu.with_name(f"{stem}.manifest.json"))
-        )
     runs: dict[str, dict[int, dict]] = {}
     for bleu_path, config_path, manifest_path in files:
         if not bleu_path.is_file():
@@ -362,7 +360,8 @@ def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
         if seed in runs.get(pair, {}):
             raise ReportError(f"{bleu_path}: a second run of {pair} with seed {seed}")
         manifest = json.loads(manifest_path.read_text())
-        runs.setdefault(pair, {})[seed] = {**bleu, "config": config, "manifest": manifest}
+        run = {**bleu, "config": config, "manifest": manifest, "folder": bleu_path.parent}
+        runs.setdefault(pair, {})[seed] = run
     return {pair: dict(sorted(seeds.items())) for pair, seeds in sorted(runs.items())}
 
 
@@ -372,6 +371,56 @@ def seed_spread(runs: dict[int, dict], split: str = "test_2016_flickr") -> dict[
     scores = [run["splits"][split]["bleu"] for run in runs.values()]
     return {"seeds": len(scores), "mean": statistics.fmean(scores), "min": min(scores),
             "max": max(scores)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PairedBleu:
+    """Two systems' BLEU on the same sentences, with sacreBLEU's paired bootstrap test (Koehn,
+    "Statistical Significance Tests for Machine Translation Evaluation", EMNLP 2004)."""
+
+    baseline: float  # corpus BLEU of each system
+    system: float
+    low: float  # the 95% interval of system − baseline over the resamples (2.5th to 97.5th)
+    high: float
+    p_value: float  # sacreBLEU's: how often resampling alone makes a difference this large
+    resamples: int
+
+    @property
+    def difference(self) -> float:
+        return self.system - self.baseline
+
+
+def paired_bleu(
+    baseline: Sequence[str], system: Sequence[str], references: Sequence[str], resamples=1000
+) -> PairedBleu:
+    """``system`` against ``baseline`` (translations of the same sentences) by sacreBLEU's paired
+    bootstrap test (``sacrebleu.significance.PairedTest``), with the interval of the difference
+    from the same resamples: sacreBLEU draws them with NumPy's generator seeded by
+    ``$SACREBLEU_SEED`` (12345 unless set), and so does this function, which checks that its
+    p-value from them is sacreBLEU's."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    named = [("baseline", list(baseline)), ("system", list(system))]
+    metric = BLEU(references=[list(references)])
+    test = PairedTest(named, {"BLEU": metric}, None, test_type="bs", n_samples=resamples)
+    result = test()[1]["BLEU"][1]
+    stats = [np.array(metric._extract_corpus_statistics(h, None), "float32") for _, h in named]
+    draws = np.random.default_rng(test._seed).choice(len(system), (resamples, len(system)))
+    scores = [[metric._compute_score_from_stats(s[d].sum(0)).score for d in draws] for s in stats]
+    differences = np.sort(np.array(scores[1]) - np.array(scores[0]))
+    # sacreBLEU's p-value: how often a resample's |difference| exceeds its mean by more than the
+    # real one; equal only if these are its resamples.
+    spread = np.abs(differences) - np.abs(differences).mean()
+    baseline_score = metric.corpus_score(list(baseline), None).score
+    real = abs(result.score - baseline_score)
+    p_value = (np.sum(spread > real).item() + 1) / (resamples + 1)
+    if test._seed is not None and p_value != result.p_value:
+        raise ReportError(f"paired_bleu: p = {p_value}, sacreBLEU's {result.p_value}")
+    cut = resamples // 40  # the 2.5% at each end, as sacrebleu.significance.estimate_ci cuts
+    low, high = float(differences[cut]), float(differences[-cut - 1])
+    return PairedBleu(baseline_score, result.score, low, high, result.p_value, resamples)
 
 
 __all__ = [
@@ -389,4 +438,6 @@ __all__ = [
     "TARGETS",
     "seed_reports",
     "seed_spread",
+    "PairedBleu",
+    "paired_bleu",
 ]
