@@ -57,3 +57,26 @@ def test_from_import_loads_only_the_modules_it_names():
     loaded = done.stdout.strip()
     assert "transformer_lib.tokenizer" in loaded, done.stderr
     assert "transformer_lib.model" not in loaded and "transformer_lib.training" not in loaded
+
+
+def test_the_written_out_names_are_the_lazy_ones():
+    """``__all__`` (what editors and ``import *`` read) lists exactly the names loaded lazily."""
+    assert transformer_lib.__all__ == sorted(transformer_lib._PUBLIC)
+
+
+def test_importing_the_package_loads_neither_torch_nor_the_metadata_scan():
+    """``import transformer_lib`` stays cheap: no torch, no numpy, and ``importlib.metadata``
+    (which scans the installed packages) only when ``__version__`` is asked for."""
+    code = (
+        "import sys, transformer_lib; "
+        "print(sorted({'torch', 'numpy', 'importlib.metadata'} & set(sys.modules))); "
+        "transformer_lib.__version__; print('importlib.metadata' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["[]", "True"], done.stdout
+
+
+def test_the_package_is_typed():
+    """PEP 561: the package ships ``py.typed``, and the build includes it."""
+    assert (ROOT / "transformer_lib" / "py.typed").is_file()
+    assert "py.typed" in (ROOT / "pyproject.toml").read_text()

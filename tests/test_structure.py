@@ -107,12 +107,17 @@ def imported_modules(module: str) -> set[str]:
     ``from transformer_lib.book import charts`` one of ``book.charts``.
     """
     tree = ast.parse(module_path(module).read_text(encoding="utf-8"))
-    # The package's __getattr__ imports a public name on first use only: importing the package
-    # imports nothing (test_importing_the_package_imports_nothing_heavy).
+    # The package's __getattr__ imports a public name on first use only, and its imports under
+    # ``if TYPE_CHECKING:`` are read by editors, never run: importing the package imports nothing
+    # (test_importing_the_package_imports_nothing_heavy).
     lazy = {
         id(inner)
         for node in tree.body
-        if module == "__init__" and isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+        if module == "__init__"
+        and (
+            (isinstance(node, ast.FunctionDef) and node.name == "__getattr__")
+            or (isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+        )
         for inner in ast.walk(node)
     }
     found = set()

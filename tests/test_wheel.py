@@ -75,6 +75,17 @@ def test_the_package_imports_from_the_wheel(installed, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_wheel_is_typed_and_knows_its_version(installed, tmp_path):
+    """PEP 561's marker travels in the wheel, and ``__version__`` reads the installed metadata."""
+    code = (
+        "import pathlib, transformer_lib as t\n"
+        "print((pathlib.Path(t.__file__).parent / 'py.typed').is_file(), t.__version__)"
+    )
+    typed, version = run_outside(installed, tmp_path, "-c", code).split()
+    assert typed == "True" and version == "0.1.0"
+
+
+@pytest.mark.slow
 def test_the_public_names_and_the_book_machinery_come_with_it(installed, tmp_path):
     code = (
         "import transformer_lib as t\n"

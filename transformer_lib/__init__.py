@@ -7,13 +7,37 @@ The names a user needs are here at the top::
 
     from transformer_lib import Transformer, TransformerConfig, load_pretrained, translate
 
-Each is imported from its module on first use, so importing the package stays cheap (no torch):
-``python -m transformer_lib --help`` answers at once. The subpackage ``transformer_lib.book`` is
+Each is imported from its module on first use, so importing the package stays cheap (no torch, and
+the version is read only when asked): ``python -m transformer_lib --help`` answers at once.
+Editors and type checkers see the same names through the imports under ``TYPE_CHECKING``, and the
+package ships ``py.typed`` (PEP 561). The subpackage ``transformer_lib.book`` is
 the book's own machinery (figures, tables, the exercises' solutions), not part of this surface.
 """
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what an editor and a type checker read; at run time each loads on first use
+    from transformer_lib.attention import (
+        MultiHeadAttention,
+        padding_mask,
+        scaled_dot_product_attention,
+        subsequent_mask,
+    )
+    from transformer_lib.batching import make_batches
+    from transformer_lib.checkpoints import load_checkpoint
+    from transformer_lib.data import load_multi30k
+    from transformer_lib.decoding import SearchConfig, beam_search, greedy_search, translate
+    from transformer_lib.errors import TransformerLibError
+    from transformer_lib.evaluation import average_checkpoints, corpus_scores, evaluate_split
+    from transformer_lib.marian import save_huggingface
+    from transformer_lib.model import Transformer, TransformerConfig
+    from transformer_lib.pretrained import load_pretrained, save_pretrained
+    from transformer_lib.recipe import train_translation
+    from transformer_lib.tokenizer import BPETokenizer
+    from transformer_lib.training import TrainingConfig, train
+
+    __version__: str
 
 # Public name -> the module that defines it. The API reference page documents the same names.
 _PUBLIC = {
@@ -50,16 +74,51 @@ _PUBLIC = {
     "TransformerLibError": "errors",
 }
 
-__all__ = sorted(_PUBLIC)
+# The same names, written out so that tools that read the source see them too.
+__all__ = [
+    "BPETokenizer",
+    "MultiHeadAttention",
+    "SearchConfig",
+    "TrainingConfig",
+    "Transformer",
+    "TransformerConfig",
+    "TransformerLibError",
+    "average_checkpoints",
+    "beam_search",
+    "corpus_scores",
+    "evaluate_split",
+    "greedy_search",
+    "load_checkpoint",
+    "load_multi30k",
+    "load_pretrained",
+    "make_batches",
+    "padding_mask",
+    "save_huggingface",
+    "save_pretrained",
+    "scaled_dot_product_attention",
+    "subsequent_mask",
+    "train",
+    "train_translation",
+    "translate",
+]
 
-try:
-    __version__ = version("transformer_lib")
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
+
+def _version() -> str:
+    """The installed distribution's version; importlib.metadata scans the installed packages,
+    which costs more than the rest of the import, so it runs only when asked."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformer_lib")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
 
 
 def __getattr__(name: str):
-    """A public name, imported from its module on first use (PEP 562)."""
+    """A public name, imported from its module on first use (PEP 562); ``__version__`` too."""
+    if name == "__version__":
+        globals()[name] = _version()
+        return globals()[name]
     if name in _PUBLIC:
         value = getattr(import_module(f"{__name__}.{_PUBLIC[name]}"), name)
         globals()[name] = value  # found directly from now on
