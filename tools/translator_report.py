@@ -20,7 +20,9 @@ built site serves them). It writes, each with what it measured:
   of everything measured, the models' SHA-256 and the wall time.
 
 The models are those the site serves; the PyTorch models are read from ``$TRANSFORMER_LIB_MODELS``
-or ``results/`` and must be the ones the graphs were exported from (their SHA-256 is compared).
+or ``results/`` and must be the ones the graphs were exported from: the inputs of the export (the
+weights, the tokenizer and the architecture, ``export_inputs``) are compared, and recorded in the
+manifest.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def bleu(index: dict, models: Path, limit: int | None) -> dict:
     """BLEU of each model in PyTorch and through its graphs, greedy and beam 4."""
     import torch
 
+    from transformer_lib.book.translator_page import changed_inputs, export_inputs
     from transformer_lib.data import load_multi30k
     from transformer_lib.decoding import GREEDY, SearchConfig, translate
     from transformer_lib.evaluation import corpus_scores
@@ -81,8 +84,7 @@ def bleu(index: dict, models: Path, limit: int | None) -> dict:
     torch.set_num_threads(1)  # onnxruntime runs on one thread too, as the page does
     results = {}
     for name, entry in index["models"].items():
-        recorded = json.loads((models / name / "manifest.json").read_text())["shipped_model"]
-        if recorded["sha256"] != entry["model_sha256"]:
+        if changed_inputs(entry.get("inputs", {}), export_inputs(models / name)):
             raise SystemExit(
                 f"translator_report: {models / name} is not the model the site's graphs were "
                 "exported from: run make book first"
@@ -158,6 +160,7 @@ def describe(folder: Path, entry: dict) -> dict:
         "tgt": entry["tgt"],
         "profile": run.get("profile"),
         "model_sha256": entry["model_sha256"],
+        "inputs": entry["inputs"],  # what the measured graphs were computed from
     }
 
 

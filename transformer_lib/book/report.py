@@ -423,6 +423,56 @@ def paired_bleu(
     return PairedBleu(baseline_score, result.score, low, high, result.p_value, resamples)
 
 
+def read_translations(path: str | Path, split: str = "test_2016_flickr") -> list[str]:
+    """A record's translations of ``split``: a report's ``hyp.<split>.<tgt>.txt`` (``path`` names
+    it), or a ``.hyp.tsv`` of split, tab and translation (``tools/score_at_alpha.py``)."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    if Path(path).suffix != ".tsv":
+        return lines
+    return [line.partition("\t")[2] for line in lines if line.startswith(split + "\t")]
+
+
+def recorded_comparisons(results: Path, split: str = "test_2016_flickr") -> dict:
+    """The paired tests *The real run* states, by (runs, change, direction): the `full` run
+    against each seed of the laptop profile, then each choice made after a test score had been
+    seen, against the run it replaced (the width-128 and α = 0.6 laptop runs of
+    ``laptop-search-2/hour/``, the `full` profile's first runs, its shipped model at α = 0.6)."""
+    from transformer_lib.data import load_multi30k
+    from transformer_lib.recipe import PROFILES
+
+    hour, first_runs = results / "laptop-search-2" / "hour", results / "full-search" / "first-runs"
+    laptop, full, compared = PROFILES["laptop"], PROFILES["full"], {}
+    for pair, runs in seed_reports(results).items():
+        hyp, first = f"hyp.{split}.{pair[-2:]}.txt", first_runs / f"multi30k-{pair}"
+        full_run, laptop_run = (results / f"multi30k-{pair}{end}/{hyp}" for end in ("", "-laptop"))
+        full_06 = results / "at-paper-alpha" / f"multi30k-{pair}.hyp.tsv"
+        steps = json.loads(Path(f"{first}.manifest.json").read_text())["training"]["steps"]
+        tests = {("`laptop` → `full`", f"laptop seed {n}"): (run["folder"] / hyp, full_run)
+                 for n, run in runs.items()}  # fmt: skip
+        width = {w: hour / f"width_{w}-{pair}.{hyp}" for w in (128, 192)}
+        tests[("`laptop`", "width 128 → 192")] = width[128], width[192]
+        tests[("`laptop`", f"α 0.6 → {laptop.alpha:g}")] = width[192], laptop_run
+        stopped = f"{steps:,} → {full.training.max_steps:,} updates"
+        tests[("`full`", stopped)] = f"{first}.{hyp}", full_06
+        tests[("`full`", f"α 0.6 → {full.alpha:g}")] = full_06, full_run
+        references = [tgt for _, tgt in load_multi30k(split, *pair.split("-"))]
+        for (runs_compared, change), (before, after) in tests.items():
+            before, after = read_translations(before, split), read_translations(after, split)
+            compared[runs_compared, change, pair] = paired_bleu(before, after, references)
+    return compared
+
+
+def comparison_lines(compared: dict) -> list[str]:
+    """``compared`` (:func:`recorded_comparisons`) as the lines of a Markdown table."""
+    lines = ["| runs | change | direction | before | after | after − before | 95% interval | p |"]
+    lines.append("|---" * 8 + "|")
+    for (runs, change, pair), t in compared.items():
+        lines.append(f"| {runs} | {change} | {pair.replace('-', '→')} | {t.baseline:.2f} | "
+                     f"{t.system:.2f} | {t.difference:+.2f} | {t.low:+.2f} to {t.high:+.2f} | "
+                     f"{t.p_value:.3f} |")  # fmt: skip
+    return lines
+
+
 __all__ = [
     "TEST_SPLITS",
     "TOKENIZED_SPLIT",
@@ -440,4 +490,7 @@ __all__ = [
     "seed_spread",
     "PairedBleu",
     "paired_bleu",
+    "read_translations",
+    "recorded_comparisons",
+    "comparison_lines",
 ]

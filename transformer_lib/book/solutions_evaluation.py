@@ -3,7 +3,7 @@
 
 
 # %% book/solutions.md:661 (cell 48)
-"""Solutions to the exercises of the chapters on decoding, the walkthrough and the real run."""
+"""Solutions to the exercises of decoding, the walkthrough, the real run and the translator."""
 
 import math
 from pathlib import Path
@@ -275,12 +275,13 @@ def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
 # %% book/solutions.md:1016 (cell 72)
 def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
     """The real run, exercise 3: length ratio, brevity penalty and BLEU of the averaged ci
-    model (German to English) at α = 0, 0.6 and 1.2; ``folder`` receives the average."""
+    model (German to English) at α = 0, 0.6 and 1.2 on the first validation sentences;
+    ``folder`` receives the average."""
     averaged = Path(folder) / "ci-de-en-average.pt"
     run = cached_run("ci", "de", "en", progress=show_progress())
     average_checkpoints(last_checkpoints(run, 5), out=averaged)
     model, tokenizer, _ = load_translator(averaged)
-    pairs = load_multi30k("test_2016_flickr", "de", "en")[:sentences]
+    pairs = load_multi30k("val", "de", "en")[:sentences]
     lengths, lines = [], []
     for alpha in (0.0, 0.6, 1.2):
         hypotheses = translate(model, tokenizer, [s for s, _ in pairs], SearchConfig(alpha=alpha))
@@ -292,6 +293,110 @@ def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
         )
     assert lengths == sorted(lengths), lengths  # more α, never shorter in total
     return "\n".join(lines)
+
+
+# %% book/solutions.md:1050 (cell 74)
+from transformer_lib.export import FORMS, GRAPHS, OnnxGraphs
+
+
+def merged_pieces(word: str, rank: dict[tuple[str, str], int]) -> list[str]:
+    """A pre-tokenized word's BPE pieces: join the adjacent pair of lowest ``rank`` until no
+    adjacent pair is a merge."""
+    pieces = list(word)
+    while len(pieces) > 1:
+        pairs = enumerate(zip(pieces, pieces[1:], strict=False))
+        best, i = min((rank.get(pair, math.inf), i) for i, pair in pairs)
+        if best == math.inf:
+            break
+        pieces[i : i + 2] = [pieces[i] + pieces[i + 1]]
+    return pieces
+
+
+def pieces_by_hand(tokenizer, recipe: dict, text: str, pairs: int = 200) -> str:
+    """Translate in your browser, exercise 1: the ids of ``text`` and of both sides of the first
+    validation pairs from the merges of tokenizer.json (``recipe``), against ``tokenizer``."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    vocab, merges = recipe["model"]["vocab"], recipe["model"]["merges"]
+    rank = {tuple(pair): n for n, pair in enumerate(merges)}
+    words = ByteLevel(add_prefix_space=True).pre_tokenize_str
+
+    def pieces(sentence: str) -> list[str]:
+        return [piece for word, _ in words(sentence) for piece in merged_pieces(word, rank)]
+
+    sentences = [text, *(side for pair in load_multi30k("val")[:pairs] for side in pair)]
+    for sentence in sentences:
+        assert [vocab[piece] for piece in pieces(sentence)] == tokenizer.encode(sentence), sentence
+    return f"{len(sentences)} sentences, every id the tokenizer's; {text}\n{' '.join(pieces(text))}"
+
+
+# %% book/solutions.md:1094 (cell 76)
+def embedding_copies(model, folder: Path) -> str:
+    """Translate in your browser, exercise 2: every copy of the tied embedding in the graphs of
+    ``folder`` (``float32/`` and ``8bit/``), checked against ``model``'s, and its share of each
+    download (both graphs and tokenizer.json)."""
+    import onnx
+
+    weight = model.encoder.embeddings.lookup.weight.detach().numpy()  # (V, d_model)
+    lines = []
+    for form, expected in zip(FORMS, (2, 3), strict=True):  # the text's "twice", "a second copy"
+        paths = [folder / form / graph for graph in GRAPHS]
+        download = sum(p.stat().st_size for p in [*paths, folder / "tokenizer.json"])
+        copies, stored = [], 0
+        for path in paths:
+            initializers = onnx.load(path).graph.initializer
+            arrays = {t.name: onnx.numpy_helper.to_array(t) for t in initializers}
+            for name, array in arrays.items():
+                if sorted(array.shape) != sorted(weight.shape):
+                    continue
+                values = array if array.shape == weight.shape else array.T  # (V, d_model)
+                if array.dtype == np.uint8:  # DequantizeLinear: (q - zero_point) * scale
+                    stem = name.removesuffix("_quantized")
+                    scale = arrays[f"{stem}_scale"]
+                    values = (values.astype(np.float32) - arrays[f"{stem}_zero_point"]) * scale
+                    assert np.abs(values - weight).max() <= scale / 2 * (1 + 1e-5), name
+                else:
+                    assert np.array_equal(values, weight), name
+                copies.append(f"{path.name} {name}")
+                stored += array.nbytes
+        assert len(copies) == expected, copies
+        share = f"{stored / 1e6:.1f} of {download / 1e6:.1f} MB ({stored / download:.0%})"
+        lines.append(f"{form}: {len(copies)} copies, {share}: {', '.join(copies)}")
+    return "\n".join(lines)
+
+
+# %% book/solutions.md:1140 (cell 78)
+def where_8_bits_change_a_word(model, tokenizer, folder: Path, sentences: int = 100) -> str:
+    """Translate in your browser, exercise 3: greedy search on validation sentences through both
+    forms of the graphs of ``folder``; where 8 bits change a translation, the float32 model's gap
+    between the log-probabilities of its two best pieces, against the gap at every step."""
+    pairs = load_multi30k("val", model.run["src"], model.run["tgt"])[:sentences]
+    src = pad_sources(tokenizer, [source for source, _ in pairs], model.config.pad_id)  # (N, S)
+    caps = (src != model.config.pad_id).sum(dim=1) + SearchConfig().extra_length
+    with torch.inference_mode():
+        states = [OnnxGraphs.load(folder / form).decoder_state(None, src) for form in FORMS]
+        states.append(IncrementalDecoder(model, src))
+        float32, eight_bit, pytorch = (greedy_search(s, BOS_ID, EOS_ID, caps) for s in states)
+        assert float32 == pytorch  # the float32 graphs write PyTorch's pieces
+        read = [torch.tensor([BOS_ID, *tokens]) for tokens in float32]
+        tgt = torch.nn.utils.rnn.pad_sequence(read, True, model.config.pad_id)  # (N, T)
+        best_two = model(src, tgt).log_softmax(-1).topk(2).values  # (N, T, 2)
+    gaps = best_two[..., 0] - best_two[..., 1]  # (N, T): how sure the model was at each step
+    every, parting = [], []
+    for row, (a, b) in enumerate(zip(float32, eight_bit, strict=True)):
+        every += gaps[row, : len(a) + 1].tolist()  # the steps that wrote a and its </s>
+        if a != b:
+            written = zip([*a, EOS_ID], [*b, EOS_ID], strict=False)  # to the first </s>
+            parting.append(gaps[row, [x != y for x, y in written].index(True)].item())
+    assert parting, "8 bits changed no translation: take more sentences"
+    assert max(parting) < np.median(every)  # 8 bits part from float32 only where it hesitated
+    return (
+        f"8 bits change {len(parting)} of {len(pairs)} translations; the float32 model's gap "
+        f"where they part: {', '.join(f'{gap:.2f}' for gap in sorted(parting))}\n"
+        f"the median gap of all {len(every):,} steps: {np.median(every):.2f}; "
+        f"{np.mean(np.array(every) < max(parting)):.0%} of the steps have a gap below the "
+        "largest where they part"
+    )
 
 
 __all__ = [
@@ -309,4 +414,8 @@ __all__ = [
     "every_score_recomputed",
     "bootstrap_bleu",
     "what_alpha_buys",
+    "merged_pieces",
+    "pieces_by_hand",
+    "embedding_copies",
+    "where_8_bits_change_a_word",
 ]

@@ -194,6 +194,19 @@ def page_cross_attention(graphs, src_ids: list[int], fed: list[int]) -> np.ndarr
     return np.stack(rows)
 
 
+# %% book/translator.md:706 (cell 26)
+def measured_models(outdated: dict[str, list[str]]) -> str:
+    """What the recorded measurements were made on, in this chapter's words, given each model's
+    changed inputs (:func:`~transformer_lib.book.translator_page.outdated_measurements`)."""
+    changed = [f"{', '.join(inputs)} of {name}" for name, inputs in outdated.items() if inputs]
+    if not changed:
+        return "the graphs of the models this page serves"
+    return (
+        f"graphs of earlier versions of these models (changed since: {'; '.join(changed)}; "
+        "run tools/translator_report.py again)"
+    )
+
+
 __all__ = [
     "AXES",
     "fixed_sizes",
@@ -205,4 +218,5 @@ __all__ = [
     "reorder_figure",
     "byte_values",
     "page_cross_attention",
+    "measured_models",
 ]
