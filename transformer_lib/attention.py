@@ -8,6 +8,8 @@
 import torch
 from torch import Tensor
 
+from transformer_lib.errors import ConfigError
+
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """Which key positions hold a real token (§3.2.3); ``True`` = may be attended to.
@@ -46,7 +48,7 @@ def subsequent_mask(size: int, device: torch.device | None = None) -> Tensor:
     return causal[None, None]  # (1, 1, T, T)
 
 
-# %% book/attention.md:158 (cell 10)
+# %% book/attention.md:160 (cell 10)
 import math
 
 import torch.nn.functional as F
@@ -97,7 +99,7 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:314 (cell 18)
+# %% book/attention.md:316 (cell 18)
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): h attentions of width d_k = d_v = d_model / h, concatenated.
 
@@ -120,7 +122,7 @@ class MultiHeadAttention(nn.Module):
         scale: replaces the 1/sqrt(d_k) of the scores (footnote 4), for experiments only.
 
     Raises:
-        ValueError: ``n_heads`` does not divide ``d_model``, or ``d_k`` is not positive.
+        ConfigError: ``n_heads`` does not divide ``d_model``, or ``d_k`` is not positive.
 
     Shape:
         B the batch, L_q the queries, L_k the keys and values, h the heads (``n_heads``), d_k the
@@ -138,11 +140,11 @@ class MultiHeadAttention(nn.Module):
     ):
         super().__init__()
         if d_model % n_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+            raise ConfigError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         d_v = d_model // n_heads  # the concatenated values are d_model wide, as W^O expects
         d_k = d_v if d_k is None else d_k  # Table 3, row B shrinks queries and keys only
         if d_k < 1:
-            raise ValueError(f"d_k must be positive, got {d_k}")
+            raise ConfigError(f"d_k must be positive, got {d_k}")
         self.d_model, self.n_heads, self.d_k, self.d_v = d_model, n_heads, d_k, d_v
         # Dropout on the attention weights. The paper is silent on it (§5.4 names only the
         # sub-layer outputs and the embedding sums), so the default is none.

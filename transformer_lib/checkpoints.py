@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from transformer_lib.errors import TransformerLibError
+from transformer_lib.errors import MissingFileError, TransformerLibError
 from transformer_lib.provenance import atomic_file
 
 
@@ -43,12 +43,12 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
         states, and what the run attached (e.g. ``tokenizer``).
 
     Raises:
-        FileNotFoundError: there is no file at ``path``.
+        MissingFileError: there is no file at ``path`` (also a ``FileNotFoundError``).
         CheckpointError: the file cannot be read, or lacks ``model``, ``step`` or ``config``.
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
+        raise MissingFileError(f"no checkpoint at {path}: check the path, or train the run first")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # pickle errors, truncated files, non-tensor payloads

@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 from urllib.request import urlopen
 
-from transformer_lib.errors import TransformerLibError
+from transformer_lib.errors import MissingFileError, TransformerLibError
 from transformer_lib.provenance import atomic_file
 
 DATA_ENV = "TRANSFORMER_LIB_DATA"  # a directory holding the Multi30k files, used as is
@@ -166,7 +166,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     """The lines of a plain or gzipped UTF-8 text file, split by :func:`split_lines`."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist or is not a file")
+        raise MissingFileError(f"{path} does not exist or is not a file: check the path")
     with open(path, "rb") as file:
         gzipped = file.read(2) == b"\x1f\x8b"  # the gzip magic number, whatever the file's name
     opener = gzip.open if gzipped else open

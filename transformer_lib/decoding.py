@@ -11,6 +11,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from transformer_lib.errors import ConfigError
+
 
 class DecoderState(Protocol):
     """The next-token interface the searches use (see the decoding chapter).
@@ -74,7 +76,7 @@ def greedy_search(
     return outputs
 
 
-# %% book/decoding.md:151 (cell 4)
+# %% book/decoding.md:153 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
     """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
@@ -123,13 +125,13 @@ def beam_search(
         its ``tokens`` (without ``<s>`` and ``</s>``), ``log_prob`` and ``score``.
 
     Raises:
-        ValueError: ``beam_size`` below 1.
+        ConfigError: ``beam_size`` below 1.
 
     Shape:
         N the sentences, k the beam size, S the source length, V the target vocabulary.
     """
     if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+        raise ConfigError(f"beam_size must be at least 1, got {beam_size}")
     k, n, device = beam_size, len(max_lengths), max_lengths.device
     active = torch.arange(n, device=device)  # (A,) sentences still searching
     width = 1  # beams per sentence in the state: the k beams would all be the same "<s>" at first
@@ -187,7 +189,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:273 (cell 6)
+# %% book/decoding.md:275 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -214,7 +216,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:327 (cell 8)
+# %% book/decoding.md:329 (cell 8)
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, with a cache of
     every layer's keys and values (self-attention: all positions so far; encoder-decoder
@@ -319,7 +321,7 @@ def _rows(tensors: tuple[Tensor, ...] | None, rows: Tensor, room: int | None = N
     return copies
 
 
-# %% book/translating.md:53 (cell 4)
+# %% book/translating.md:54 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's.
@@ -331,7 +333,7 @@ class SearchConfig:
         batch_size (int): sentences searched together.
 
     Raises:
-        ValueError: ``beam_size`` or ``batch_size`` below 1, negative ``alpha`` or ``extra_length``.
+        ConfigError: ``beam_size`` or ``batch_size`` below 1, negative ``alpha`` or ``extra_length``.
     """
 
     beam_size: int = 4  # 1: greedy search
@@ -345,9 +347,9 @@ class SearchConfig:
     def __post_init__(self):
         for name in ("beam_size", "batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.alpha < 0 or self.extra_length < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"alpha and extra_length must not be negative, got {self.alpha} and "
                 f"{self.extra_length}"
             )
@@ -365,7 +367,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:123 (cell 6)
+# %% book/translating.md:124 (cell 6)
 def model_search(model) -> SearchConfig:
     """The search :func:`translate` runs when it is given none: ``model.search``, the model's
     own (``load_pretrained`` and ``load_translator`` set it from the model's files), else §6.1's
@@ -374,7 +376,7 @@ def model_search(model) -> SearchConfig:
     return search if isinstance(search, SearchConfig) else SearchConfig()
 
 
-# %% book/translating.md:176 (cell 9)
+# %% book/translating.md:177 (cell 9)
 class SentenceGroupedDecoder(IncrementalDecoder):
     """:class:`IncrementalDecoder` with the encoder side (its keys and values, and the source
     mask) kept once per sentence, not once per row: a sentence's k beams read it in place, as k
@@ -418,7 +420,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
         self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
 
 
-# %% book/translating.md:271 (cell 13)
+# %% book/translating.md:272 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 

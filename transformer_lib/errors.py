@@ -14,6 +14,17 @@ class TransformerLibError(Exception):
     """
 
 
+class ConfigError(TransformerLibError, ValueError):
+    """A value the library cannot use: a model's, a search's or a training's setting, or an
+    argument that does not fit the others."""
+
+
+class MissingFileError(TransformerLibError, FileNotFoundError):
+    """A file the library was asked to read is not there."""
+
+
 __all__ = [
     "TransformerLibError",
+    "ConfigError",
+    "MissingFileError",
 ]

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib.attention import MultiHeadAttention, padding_mask, subsequent_mask
+from transformer_lib.errors import ConfigError
 
 
 def _initialise(name: str, parameter: nn.Parameter) -> None:
@@ -22,7 +23,7 @@ def _initialise(name: str, parameter: nn.Parameter) -> None:
         nn.init.zeros_(parameter)
 
 
-# %% book/model.md:112 (cell 7)
+# %% book/model.md:113 (cell 7)
 @dataclass(frozen=True)
 class TransformerConfig:
     """The model's sizes and choices, with the paper's names (§3, Table 3).
@@ -51,7 +52,7 @@ class TransformerConfig:
         feed_forward (bool): False: layers without the FFN sub-layer (not the paper's model).
 
     Raises:
-        ValueError: when made, if it cannot build a model: a size or ``max_len`` below 1,
+        ConfigError: when made, if it cannot build a model: a size or ``max_len`` below 1,
             ``n_heads`` not dividing ``d_model``, ``key_size`` below 1, an unknown ``positional``,
             ``dropout`` outside [0, 1), or a ``pad_id`` outside a vocabulary.
     """
@@ -102,7 +103,7 @@ class TransformerConfig:
         return cls(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **{**sizes, **changes})
 
 
-# %% book/model.md:222 (cell 11)
+# %% book/model.md:223 (cell 11)
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (§3.3), the same at every position.
 
@@ -118,7 +119,7 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear_2(torch.relu(self.linear_1(x)))
 
 
-# %% book/model.md:268 (cell 15)
+# %% book/model.md:269 (cell 15)
 class Embeddings(nn.Module):
     """Token embeddings multiplied by sqrt(d_model) (§3.4). (B, L) int64 -> (B, L, d_model)."""
 
@@ -132,7 +133,7 @@ class Embeddings(nn.Module):
         return self.lookup(tokens) * self.scale
 
 
-# %% book/model.md:309 (cell 19)
+# %% book/model.md:310 (cell 19)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
 
@@ -146,7 +147,7 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-# %% book/model.md:334 (cell 21)
+# %% book/model.md:335 (cell 21)
 class PositionalEncoding(nn.Module):
     """Adds position information to embeddings, then dropout (§3.5, §5.4): fixed sinusoids,
     a learned table (Table 3, row E), or with ``kind="none"`` nothing.
@@ -168,7 +169,7 @@ class PositionalEncoding(nn.Module):
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         length = x.shape[1]
         if offset + length > self.max_len:
-            raise ValueError(
+            raise ConfigError(
                 f"a sequence of {offset + length} positions is longer than max_len "
                 f"{self.max_len}: shorten the input or build the model with a larger max_len"
             )
@@ -179,7 +180,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:465 (cell 29)
+# %% book/model.md:466 (cell 29)
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network, each a residual sub-layer (§3.1).
 
@@ -255,7 +256,7 @@ def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:579 (cell 33)
+# %% book/model.md:580 (cell 33)
 class Encoder(nn.Module):
     """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model)."""
 
@@ -394,29 +395,34 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
 
 
-# %% book/command_line.md:950 (cell 33)
+# %% book/command_line.md:959 (cell 33)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 
 def check_config(c: "TransformerConfig") -> None:
-    """Refuse a TransformerConfig that cannot build a model, saying why."""
+    """Refuse a TransformerConfig that cannot build a model, saying why (:class:`ConfigError`)."""
+    from transformer_lib.errors import ConfigError
+
     sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "d_ff", "n_heads", "n_layers")
     for name in (*sizes, "max_len"):  # first: n_heads divides d_model below
         if getattr(c, name) < 1:
-            raise ValueError(f"{name} must be positive, got {getattr(c, name)}")
+            raise ConfigError(f"{name} must be positive, got {getattr(c, name)}")
     if c.d_model % c.n_heads:
-        raise ValueError(
+        raise ConfigError(
             f"d_model ({c.d_model}) must be divisible by n_heads ({c.n_heads}): "
             "each head has width d_model / n_heads"
         )
     if c.key_size is not None and c.key_size < 1:
-        raise ValueError(f"key_size must be positive (or None), got {c.key_size}")
+        raise ConfigError(f"key_size must be positive (or None), got {c.key_size}")
     if c.positional not in POSITIONAL:
-        raise ValueError(f"positional must be one of {POSITIONAL}, got {c.positional!r}")
+        raise ConfigError(f"positional must be one of {POSITIONAL}, got {c.positional!r}")
     if not 0.0 <= c.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {c.dropout}")
+        raise ConfigError(f"dropout must be in [0, 1), got {c.dropout}")
     if not 0 <= c.pad_id < min(c.src_vocab_size, c.tgt_vocab_size):
-        raise ValueError(f"pad_id {c.pad_id} is not an id of both vocabularies")
+        raise ConfigError(
+            f"pad_id {c.pad_id} is not an id of both vocabularies: it must be below "
+            f"{min(c.src_vocab_size, c.tgt_vocab_size)}"
+        )
 
 
 __all__ = [

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from transformer_lib.errors import TransformerLibError
+from transformer_lib.errors import ConfigError, TransformerLibError
 
 
 class OneDNNError(TransformerLibError, RuntimeError):
@@ -85,7 +85,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     if products is None:
         return None
     if products != "onednn":
-        raise ValueError(
+        raise ConfigError(
             f"products={products!r} on {device}: products is None (PyTorch's own) or "
             "'onednn', which computes a CPU's products"
         )

@@ -23,7 +23,7 @@ from transformer_lib.batching import BatchesByLength, encode_pairs, make_batches
 from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.data import DataError, load_multi30k, load_parallel
 from transformer_lib.decoding import SearchConfig, translate
-from transformer_lib.errors import TransformerLibError
+from transformer_lib.errors import MissingFileError, TransformerLibError
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import PAD_ID, VOCAB_SIZE, BPETokenizer
 from transformer_lib.training import TrainingConfig, train
@@ -177,7 +177,7 @@ def _check_resume(out: Path, resume: bool) -> None:
     """A run to resume needs ``out/checkpoints/last.pt``; a new one needs a folder without it."""
     last = out / "checkpoints" / "last.pt"
     if resume and not last.is_file():
-        raise FileNotFoundError(f"nothing to resume: {last} does not exist (drop --resume)")
+        raise MissingFileError(f"nothing to resume: {last} does not exist (drop --resume)")
     if not resume and last.exists():
         raise RecipeError(
             f"{out} already holds a run: add --resume to continue it, or pick a new --out"

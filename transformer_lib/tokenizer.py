@@ -48,6 +48,7 @@ import os
 from pathlib import Path
 
 from transformer_lib.data import DataError
+from transformer_lib.errors import MissingFileError
 from transformer_lib.provenance import atomic_file
 
 
@@ -116,12 +117,12 @@ class BPETokenizer:
             path: the JSON file.
 
         Raises:
-            FileNotFoundError: there is no file at ``path``.
+            MissingFileError: there is no file at ``path`` (also a ``FileNotFoundError``).
             DataError: the file is not a ``tokenizers`` JSON file, or its special tokens are not
                 at their ids.
         """
         if not Path(path).is_file():
-            raise FileNotFoundError(f"no tokenizer file at {path}; train one and save() it first")
+            raise MissingFileError(f"no tokenizer file at {path}; train one and save() it first")
         try:
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as err:  # tokenizers raises a bare Exception on malformed JSON
