@@ -125,15 +125,39 @@ def test_a_subpackage_without_its_marker_is_an_error(book):
     assert not (book / "transformer_lib/book").exists()
 
 
-def test_every_module_ends_with_its_public_names(book):
-    cell = (
-        "#| export: model\nimport math\n\nD_MODEL = 512\n_PRIVATE = 1\nlogger = None\n\n\n"
-        "def public():\n    pass\n\n\ndef _helper():\n    pass\n\n\nclass Model:\n    pass"
+CELL = (
+    "#| export: {module}\nimport math\n\nD_MODEL = 512\n_PRIVATE = 1\nlogger = None\n\n\n"
+    "def public():\n    pass\n\n\ndef _helper():\n    pass\n\n\nclass Model:\n    pass"
+)
+
+
+def test_a_library_module_ends_with_the_names_its_api_page_documents(book):
+    write_chapter(book / "book/model.md", "Model", CELL.format(module="model"))
+    (book / "book/api.md").write_text(
+        "# API\n\n```{eval-rst}\n.. autoclass:: transformer_lib.model.Model\n"
+        ".. autofunction:: transformer_lib.model.public\n```\n"
     )
-    write_chapter(book / "book/model.md", "Model", cell)
     tangle.tangle(book)
     namespace: dict = {}
     exec((book / "transformer_lib/model.py").read_text(), namespace)
+    assert namespace["__all__"] == ["public", "Model"]  # in book order, the rest left out
+
+
+def test_the_api_page_may_document_only_what_a_chapter_defines(book):
+    write_chapter(book / "book/model.md", "Model", CELL.format(module="model"))
+    (book / "book/api.md").write_text(".. autofunction:: transformer_lib.model.missing\n")
+    with pytest.raises(TangleError, match=r"documents transformer_lib\.model\.missing"):
+        tangle.tangle(book)
+
+
+def test_a_machinery_module_ends_with_its_public_names(book):
+    write_chapter(book / "book/figures.md", "Figures", CELL.format(module="book.charts"))
+    (book / "transformer_lib/book").mkdir(parents=True)
+    (book / "transformer_lib/book/__init__.py").write_text('"""The machinery."""\n')
+    write_toc(book, "book/attention", "book/model", "book/figures")
+    tangle.tangle(book)
+    namespace: dict = {}
+    exec((book / "transformer_lib/book/charts.py").read_text(), namespace)
     # in book order; imports, private names and lower-case variables left out
     assert namespace["__all__"] == ["D_MODEL", "public", "Model"]
 

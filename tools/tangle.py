@@ -5,13 +5,16 @@ A code cell whose first line is ``#| export: <module>`` is copied, in book order
 does (``#| export: book.charts`` writes ``transformer_lib/book/charts.py``). Every generated module
 starts with a header that names its chapter(s) and says to edit the book instead; each copied cell
 is preceded by a marker giving the chapter, line and cell it came from. Every module ends with its
-``__all__``: the names its cells define at top level, less those that begin with an underscore and
-lower-case variables (a ``logger``); functions, classes and upper-case constants are public.
+``__all__``: for a module of the library, the names the API page (``book/api.md``) documents for
+it, in book order, so that the page and the surface are one list; for the book's own machinery
+(``book.*``), the names its cells define at top level, less those that begin with an underscore
+and lower-case variables (a ``logger``).
 
 Rules (each is an error with a message that names the place):
 
 * exported cells hold imports, constants, ``def`` and ``class`` only (demonstrations stay in the book);
-* a top-level name defined twice in one module is an error;
+* a top-level name defined twice in one module is an error, and so is a name the API page
+  documents that no chapter defines;
 * a file in ``transformer_lib/`` that no chapter generates is an error, except the hand-written
   package plumbing: each package's ``__init__.py`` (a subpackage the tangle writes into must have
   one) and ``__main__.py``;
@@ -196,6 +199,21 @@ def _check_cell(cell: ExportedCell) -> dict[str, tuple[int, bool]]:
     return names
 
 
+API_PAGE = Path("book") / "api.md"
+# One entry of the API page: ".. autoclass:: transformer_lib.<module>.<Name>" (or autofunction).
+API_ENTRY = re.compile(rf"^\.\. auto(?:class|function):: {PACKAGE}\.(\w+)\.(\w+)$", re.M)
+
+
+def documented_names(root: Path) -> dict[str, list[str]]:
+    """The names the API page documents, by library module; none where the book has no page."""
+    page = root / API_PAGE
+    found: dict[str, list[str]] = {}
+    if page.is_file():
+        for module, name in API_ENTRY.findall(page.read_text(encoding="utf-8")):
+            found.setdefault(module, []).append(name)
+    return found
+
+
 def header(chapters: list[str]) -> str:
     sources = ", ".join(chapters)
     return (
@@ -211,7 +229,7 @@ def render(root: Path) -> dict[str, str]:
         for cell in exported_cells(root, chapter):
             by_module.setdefault(cell.module, []).append(cell)
 
-    modules = {}
+    modules, documented = {}, documented_names(root)
     for module, cells in by_module.items():
         defined_at: dict[str, str] = {}
         public: list[str] = []
@@ -226,6 +244,14 @@ def render(root: Path) -> dict[str, str]:
                 defined_at[name] = where
                 if exported:
                     public.append(name)
+        if not module.startswith("book."):  # the library: its surface is the API page's
+            undefined = [name for name in documented.get(module, []) if name not in defined_at]
+            if undefined:
+                raise TangleError(
+                    f"{API_PAGE} documents {', '.join(f'{PACKAGE}.{module}.{n}' for n in undefined)}"
+                    ", which no chapter defines: export it or drop its entry"
+                )
+            public = [name for name in defined_at if name in documented.get(module, [])]
         chapters = list(dict.fromkeys(cell.chapter for cell in cells))
         parts = [header(chapters)]
         for cell in cells:

@@ -243,13 +243,5 @@ class BatchesByLength:
 
 
 __all__ = [
-    "Batch",
-    "collate",
-    "fill_batches",
-    "plan_batches",
-    "check_plan",
-    "plan_shared_batches",
     "make_batches",
-    "encode_pairs",
-    "BatchesByLength",
 ]

@@ -143,11 +143,5 @@ def check_resumable(
 
 
 __all__ = [
-    "CheckpointError",
-    "save_checkpoint",
     "load_checkpoint",
-    "rng_state",
-    "set_rng_state",
-    "write_checkpoint",
-    "check_resumable",
 ]

@@ -430,15 +430,4 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = [
-    "build_parser",
-    "main",
-    "add_train_command",
-    "run_train",
-    "add_average_command",
-    "run_average",
-    "add_translate_command",
-    "run_translate",
-    "add_evaluate_command",
-    "run_evaluate",
-]
+__all__: list[str] = []

@@ -240,20 +240,5 @@ def load_multi30k(
 
 
 __all__ = [
-    "DATA_ENV",
-    "MULTI30K_URL",
-    "SPLITS",
-    "LANGUAGES",
-    "MULTI30K_SHA256",
-    "DataError",
-    "ChecksumError",
-    "DataNotFoundError",
-    "default_cache_dir",
-    "sha256",
-    "download",
-    "multi30k_file",
-    "split_lines",
-    "read_lines",
-    "load_parallel",
     "load_multi30k",
 ]

@@ -569,18 +569,8 @@ class OneDNNDecoder(SentenceGroupedDecoder):
 
 
 __all__ = [
-    "DecoderState",
     "greedy_search",
-    "Hypothesis",
-    "length_penalty",
     "beam_search",
-    "RerunDecoder",
-    "IncrementalDecoder",
     "SearchConfig",
-    "GREEDY",
-    "model_search",
-    "SentenceGroupedDecoder",
-    "default_decoder_state",
     "translate",
-    "OneDNNDecoder",
 ]

@@ -296,15 +296,4 @@ def make_translator(
     return CTranslate2Translator(model, tokenizer, quantize, device=device).translate
 
 
-__all__ = [
-    "INSTALL",
-    "QUANTIZE",
-    "EngineError",
-    "require_ctranslate2",
-    "vocabulary",
-    "ctranslate2_spec",
-    "convert_to_ctranslate2",
-    "CTranslate2Translator",
-    "ENGINES",
-    "make_translator",
-]
+__all__: list[str] = []

@@ -25,6 +25,4 @@ class MissingFileError(TransformerLibError, FileNotFoundError):
 
 __all__ = [
     "TransformerLibError",
-    "ConfigError",
-    "MissingFileError",
 ]

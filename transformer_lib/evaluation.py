@@ -285,11 +285,7 @@ def save_evaluation(scores: dict, hypotheses: list[str], path: Path) -> Path:
 
 
 __all__ = [
-    "average_state_dicts",
-    "check_same_layout",
     "average_checkpoints",
     "corpus_scores",
-    "load_translator",
     "evaluate_split",
-    "save_evaluation",
 ]

@@ -205,15 +205,5 @@ def save_huggingface(
 
 
 __all__ = [
-    "MarianError",
-    "require_transformers",
-    "check_marian_convertible",
-    "sines_first",
-    "marian_state_dict",
-    "marian_config",
-    "marian_tokenizer",
-    "MARIAN_OWN",
-    "to_marian",
-    "MAX_NEW_TOKENS",
     "save_huggingface",
 ]

@@ -344,19 +344,4 @@ class FlatStep:
         return onednn_linear(onednn_linear(h, w_1, b_1, relu=True), w_2, b_2)
 
 
-__all__ = [
-    "OneDNNError",
-    "require_onednn",
-    "onednn_linear",
-    "OneDNNProducts",
-    "onednn_products",
-    "PackedWeights",
-    "packed_weights_for",
-    "whole_sentences_attention",
-    "onednn_feed_forward",
-    "require_onednn_weights",
-    "onednn_encoder",
-    "encode_in_groups",
-    "StepLayer",
-    "FlatStep",
-]
+__all__: list[str] = []

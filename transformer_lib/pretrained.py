@@ -416,25 +416,6 @@ def _check_downloaded_manifest(folder: Path, name: str) -> None:
 
 
 __all__ = [
-    "MODEL_FILES",
-    "FORMAT",
-    "RESULTS",
-    "PretrainedError",
-    "ModelNotFoundError",
-    "unique_tensors",
     "save_pretrained",
-    "available_models",
-    "folder_search",
-    "model_folder",
-    "verify_model_folder",
     "load_pretrained",
-    "MODELS_URL",
-    "MODELS_URL_ENV",
-    "CACHE_ENV",
-    "DOWNLOADED_FILES",
-    "SHIPPED_SHA256",
-    "DownloadError",
-    "cache_dir",
-    "models_url",
-    "download_model",
 ]

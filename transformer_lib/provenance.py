@@ -222,21 +222,4 @@ def environment(device) -> dict:
     return {**git_commit(), "device": device_name(device), "versions": library_versions()}
 
 
-__all__ = [
-    "COMMIT_ENV",
-    "atomic_file",
-    "atomic_folder",
-    "stale_temporaries",
-    "remove_stale_temporaries",
-    "write_text_atomically",
-    "write_json",
-    "jsonable",
-    "CODE_FOLDERS",
-    "CODE_SUFFIXES",
-    "source_digest",
-    "git_commit",
-    "cpu_name",
-    "device_name",
-    "library_versions",
-    "environment",
-]
+__all__: list[str] = []

@@ -423,13 +423,5 @@ def _exclusive(path: Path) -> Iterator[None]:
 
 
 __all__ = [
-    "RecipeError",
-    "Profile",
-    "PROFILES",
-    "greedy_bleu",
-    "ParallelCorpus",
     "train_translation",
-    "library_hash",
-    "default_runs_dir",
-    "cached_run",
 ]

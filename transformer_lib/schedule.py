@@ -54,8 +54,4 @@ def make_optimizer(
     return optimizer, scheduler
 
 
-__all__ = [
-    "rate",
-    "cooldown",
-    "make_optimizer",
-]
+__all__: list[str] = []

@@ -215,13 +215,5 @@ class BPETokenizer:
 
 
 __all__ = [
-    "PAD_ID",
-    "BOS_ID",
-    "EOS_ID",
-    "UNK_ID",
-    "SPECIAL_TOKENS",
-    "VOCAB_SIZE",
-    "BYTE_ALPHABET",
-    "learn_bpe",
     "BPETokenizer",
 ]

@@ -83,11 +83,4 @@ def holds_a_line(path: Path) -> bool:
     return head != b""
 
 
-__all__ = [
-    "UsageError",
-    "error_message",
-    "check_data_dir",
-    "check_out_folder",
-    "check_device",
-    "holds_a_line",
-]
+__all__: list[str] = []
