@@ -315,13 +315,26 @@ def test_translate_batched_equals_one_at_a_time(tokenizer, beam_size):
     assert len(together) == len(SENTENCES)
 
 
-def test_translate_cuts_a_too_long_sentence_with_a_warning(tokenizer):
+def test_translate_cuts_a_too_long_sentence_to_its_beginning_with_a_warning(tokenizer):
     model = random_model(
         6, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, max_len=12
     )
+    from transformer_lib.decoding import default_decoder_state
+
+    seen = []  # the source rows the decoder is given
+
+    def watched(model, src, *args, **kwargs):
+        seen.append(src.clone())
+        return default_decoder_state(model)(model, src, *args, **kwargs)
+
+    long = SENTENCES[2] * 3
     with pytest.warns(UserWarning, match="translating its beginning only"):
-        out = translate(model, tokenizer, [SENTENCES[2] * 3], SearchConfig(beam_size=2))
+        out = translate(model, tokenizer, [long], SearchConfig(beam_size=2), decoder_state=watched)
     assert isinstance(out[0], str)
+    ids = tokenizer.encode(long)
+    assert len(ids) + 1 > 12, "the sentence must be too long for the test to mean anything"
+    # the first max_len - 1 tokens, then </s>: its beginning, not its end
+    assert seen[0][0].tolist() == ids[:11] + [EOS_ID]
 
 
 # --- The model's own pad id: nothing may assume that padding is token 0.
@@ -457,3 +470,30 @@ def test_translate_default_length_limit_is_input_length_plus_50(beam_size):
     expected = [min(n + 1 + 50, max_len) for n in lengths]
     assert expected[:3] == [52, 56, 63] and expected[3:] == [max_len] * 3  # both sides of the clamp
     assert produced == expected
+
+
+class RowCountingState(ToyState):
+    """ToyState that never gives </s> (each sentence stops at its limit) and records how many rows
+    each step receives."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rows: list[int] = []
+
+    def step(self, tokens):
+        self.rows.append(len(tokens))
+        logits = super().step(tokens)
+        logits[:, EOS] = float("-inf")
+        return logits
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_beam_search_steps_only_the_rows_of_unfinished_sentences(k):
+    """A sentence at its length limit finishes all k beams at once; from the next step on, the
+    state receives k rows for each sentence still searching, none for the finished ones (the
+    first step, before the beams split, one row a sentence)."""
+    limits = [1, 2, 2, 4, 6]
+    state = RowCountingState(len(limits), vocab=8, seed=1)
+    beam_search(state, BOS, EOS, torch.tensor(limits), beam_size=k)
+    expected = [len(limits)] + [k * sum(limit >= step for limit in limits) for step in range(2, 7)]
+    assert state.rows == expected

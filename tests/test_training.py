@@ -703,8 +703,10 @@ def test_two_processes_with_gloo_hold_identical_weights(tmp_path):
 
 
 def test_greedy_bleu_scores_the_greedy_translations_of_the_pairs(monkeypatch):
-    pairs = [("ein hund läuft", "a dog runs on the grass"), ("eine katze", "a cat sleeps now")]
-    written = ["a dog runs on grass", "a cat is sleeping now"]
+    # Punctuation against words: sacreBLEU's 13a tokenization splits "grass." and "now!", so a
+    # helper that scored with another tokenization would give another number.
+    pairs = [("ein hund läuft.", "A dog runs on the grass."), ("eine katze!", "A cat sleeps, now!")]
+    written = ["A dog runs on grass.", "A cat is sleeping now!"]
     calls = []
 
     def fake_translate(model, tokenizer, sentences, search):
@@ -713,8 +715,10 @@ def test_greedy_bleu_scores_the_greedy_translations_of_the_pairs(monkeypatch):
 
     monkeypatch.setattr(recipe, "translate", fake_translate)
     measured = recipe.greedy_bleu("tokenizer", pairs)("model")
-    assert calls == [("model", "tokenizer", ["ein hund läuft", "eine katze"], 1)]  # greedy
+    assert calls == [("model", "tokenizer", ["ein hund läuft.", "eine katze!"], 1)]  # greedy
     references = [target for _, target in pairs]
     expected = sacrebleu.corpus_bleu(written, [references]).score
     assert measured == {"bleu": expected, "bleu_sentences": 2}
     assert 0 < measured["bleu"] < 100
+    for other in ("none", "char"):  # the test can tell a helper that tokenizes otherwise
+        assert sacrebleu.corpus_bleu(written, [references], tokenize=other).score != expected
