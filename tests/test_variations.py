@@ -520,6 +520,35 @@ def test_every_question_variant_of_the_cpu_sweep_has_the_bases_three_seeds():
         sweep_variants(dataclasses.replace(CPU, replicated=("A-h7",)), CPU.vocab_size)
 
 
+def test_a_seed_gives_a_variant_the_bases_batches_and_its_weights_where_the_shapes_agree():
+    """What the paired test over seeds relies on. Seed s of a variant trained on the base's pairs
+    plans the base's batches (the same pairs, budget and seed); built as the sweep builds it (the
+    seed, then the model), it starts from the base's initial weights wherever the shapes agree:
+    every weight for one head or sixteen (h * d_k stays d_model), none for the LSTM."""
+    variants = {v.name: v for v in sweep_variants(CPU, CPU.vocab_size)}
+    base = variants["base"]
+    for name in QUESTIONS:
+        t = variants[name].training
+        assert (t.seed, t.max_tokens, t.max_steps) == (0, base.training.max_tokens, 900), name
+        assert (variants[name].train_max_len == base.train_max_len) == (name not in SHORT[:3])
+
+    def first_weights(name: str) -> dict:
+        torch.manual_seed(0)  # as _train_variant does before it builds the model
+        return build_model(variants[name].model).state_dict()
+
+    weights = first_weights("base")
+    for name in ("A-h1", "A-h16", "E-none"):
+        assert all(torch.equal(w, weights[k]) for k, w in first_weights(name).items()), name
+    lstm = first_weights("RNN-lstm").items()
+    assert not [k for k, w in lstm if k in weights and w.shape == weights[k].shape]
+    narrow = first_weights("FFN-dff128")  # the embeddings come first: the same; then no longer
+    embeddings = "encoder.embeddings.lookup.weight"
+    assert torch.equal(narrow[embeddings], weights[embeddings])
+    assert not all(
+        torch.equal(w, weights[k]) for k, w in narrow.items() if w.shape == weights[k].shape
+    )
+
+
 def test_the_depth_probe_changes_only_the_layer_norm_or_the_warm_up():
     variants = {v.name: v for v in sweep_variants(CPU, CPU.vocab_size)}
     deep, base = variants["C-N4"], variants["base"]

@@ -1,7 +1,8 @@
-"""Reading a Table 3 sweep (transformer_lib.book.verdicts): Welch's test against the statistic, the
-Welch-Satterthwaite degrees of freedom and the t distribution written out here; the test's
-false-positive rate on simulated seeds; the verdicts on made-up comparisons; and the reading of
-lines grouped by variant, of the paper's rows and of the side-by-side timing.
+"""Reading a Table 3 sweep (transformer_lib.book.verdicts): the paired t-test against the statistic
+on the differences within each seed and the t distribution written out here, its pairing by seed,
+its false-positive rate on simulated seeds; equivalence against Schuirmann's two one-sided tests;
+Holm's correction against its definition; the verdicts on made-up comparisons; and the reading of
+lines grouped by variant and by training data, of the paper's rows and of the side-by-side timing.
 """
 
 import math
@@ -38,7 +39,7 @@ from transformer_lib.book.verdicts import (
 from transformer_lib.provenance import jsonable
 
 # ---------------------------------------------------------------------------------------------
-# Welch's t-test against the formulas
+# The paired t-test against the formulas
 
 
 def t_density(x: np.ndarray, df: float) -> np.ndarray:
@@ -69,27 +70,40 @@ def t_quantile(q: float, df: float) -> float:
     [
         ((9.9, 10.0, 10.2), (8.33, 8.47, 8.22)),
         ((24.8, 26.1, 23.0), (25.84, 23.85, 26.79)),
-        ((1.0, 2.0), (1.5, 1.7, 1.6, 1.4)),
-        ((5.0, 5.1, 5.3, 4.9, 5.2), (5.4, 5.6)),
+        ((1.0, 2.0), (1.5, 1.7)),
+        ((5.0, 5.1, 5.3, 4.9, 5.2), (5.4, 5.6, 5.2, 5.1, 5.5)),
     ],
 )
-def test_welch_is_the_statistic_its_degrees_of_freedom_and_the_t_distribution(a, b):
-    """t = (mean_a - mean_b) / sqrt(s_a^2/n_a + s_b^2/n_b), the Welch-Satterthwaite degrees of
-    freedom, the two-sided p-value and the 95% interval from the t distribution."""
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    delta = statistics.fmean(a) - statistics.fmean(b)
-    t = delta / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    p = 2 * (1 - t_cdf(abs(t), df))
-    half = t_quantile(1 - ALPHA / 2, df) * math.sqrt(va + vb)
+def test_the_paired_test_is_students_t_on_the_differences_within_each_seed(a, b):
+    """d_i = a_i - b_i; t = mean(d) / (sd(d) / sqrt(n)) on n - 1 degrees of freedom, the
+    two-sided p-value and the 95% interval from the t distribution integrated here."""
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    n, mean = len(d), statistics.fmean(d)
+    se = statistics.stdev(d) / math.sqrt(n)
+    p = 2 * (1 - t_cdf(abs(mean / se), n - 1))
+    half = t_quantile(1 - ALPHA / 2, n - 1) * se
     c = compare(Sample(a), Sample(b))
-    assert c.delta == pytest.approx(delta, rel=1e-12)
+    assert c.delta == pytest.approx(mean, rel=1e-12) and c.pairs == n
     assert c.p == pytest.approx(p, rel=1e-6, abs=1e-9)
-    assert (c.low, c.high) == pytest.approx((delta - half, delta + half), rel=1e-6)
+    assert (c.low, c.high) == pytest.approx((mean - half, mean + half), rel=1e-6)
     assert c.significant == (p < ALPHA) and c.tested
     assert c.base_band == pytest.approx(2 * statistics.stdev(b))
     # The interval excludes zero exactly when the test rejects.
     assert (c.low > 0 or c.high < 0) == c.significant
+
+
+def test_pairs_are_matched_by_seed_not_by_position():
+    base = Sample((8.33, 8.47, 8.22), seeds=(0, 1, 2))
+    shuffled = Sample((9.1, 8.9, 9.3), seeds=(2, 0, 1))  # seed 2 first
+    in_order = Sample((8.9, 9.3, 9.1))  # the same runs listed by seed
+    assert compare(shuffled, base).p == compare(in_order, base).p
+    assert compare(shuffled, base).delta == pytest.approx(statistics.fmean((0.57, 0.83, 0.88)))
+    fewer = compare(Sample((9.0, 9.4), seeds=(0, 1)), base)  # a sweep cut short: two in common
+    assert fewer.pairs == 2 and fewer.delta == pytest.approx(((9.0 - 8.33) + (9.4 - 8.47)) / 2)
+    apart = compare(Sample((9.0, 9.4), seeds=(5, 6)), base)
+    assert not apart.tested and verdict(apart, None, PERPLEXITY).kind == "unknown"
+    with pytest.raises(ValueError, match="one value per seed"):
+        compare(Sample((9.0, 9.4), seeds=(1, 1)), base)
 
 
 def test_with_one_run_on_either_side_nothing_is_tested():
@@ -101,29 +115,70 @@ def test_with_one_run_on_either_side_nothing_is_tested():
     assert Sample(()).runs == 0 and math.isnan(Sample(()).mean)
 
 
-def test_the_false_positive_rate_is_the_level_and_a_large_effect_is_found():
-    """Seeds drawn from one distribution for both sides: about 5% of tests reject (3 and 3 runs,
-    4,000 simulated pairs, a fixed seed); a shift of ten standard deviations always rejects."""
+def seeds_sharing_their_luck(rng, shift: float, seeds: int = 3) -> tuple[Sample, Sample]:
+    """Both sides draw each seed's luck (standard deviation 0.3, which a seed's batches and weights
+    give both runs of a pair) plus their own noise (0.02); the variant is ``shift`` away."""
+    luck = [rng.gauss(0.0, 0.3) for _ in range(seeds)]
+    base = tuple(8.3 + x + rng.gauss(0.0, 0.02) for x in luck)
+    return Sample(tuple(shift + x + rng.gauss(0.0, 0.02) for x in base)), Sample(base)
+
+
+def test_the_false_positive_rate_is_the_level_and_a_shared_luck_is_taken_out():
+    """No difference: about 5% of tests reject (4,000 simulated pairs of three seeds, a fixed
+    seed). A shift that the seeds' shared luck hides from Welch's unpaired test is found."""
+    from scipy import stats
+
     rng = random.Random(0)
     draws = 4000
-    rejected = sum(
-        compare(
-            Sample(tuple(rng.gauss(8.3, 0.13) for _ in range(3))),
-            Sample(tuple(rng.gauss(8.3, 0.13) for _ in range(3))),
-        ).significant
-        for _ in range(draws)
-    )
+    rejected = sum(compare(*seeds_sharing_their_luck(rng, 0.0)).significant for _ in range(draws))
     spread = 4 * math.sqrt(ALPHA * (1 - ALPHA) / draws)  # four binomial standard deviations
-    # Welch's test with three runs a side is slightly conservative: at most the level.
-    assert ALPHA - 2 * spread < rejected / draws < ALPHA + spread
-    shifted = [
-        compare(
-            Sample(tuple(rng.gauss(9.6, 0.13) for _ in range(3))),
-            Sample(tuple(rng.gauss(8.3, 0.13) for _ in range(3))),
-        ).significant
-        for _ in range(200)
-    ]
-    assert all(shifted)
+    assert ALPHA - spread < rejected / draws < ALPHA + spread
+    found = unpaired = 0
+    for _ in range(200):
+        variant, base = seeds_sharing_their_luck(rng, 0.4)
+        found += compare(variant, base).significant
+        unpaired += stats.ttest_ind(variant.values, base.values, equal_var=False).pvalue < ALPHA
+    assert found == 200 and unpaired < 100
+
+
+# ---------------------------------------------------------------------------------------------
+# Equivalence: "no difference" only within the margin
+
+
+def one_sided_p_values(a, b, margin: float) -> tuple[float, float]:
+    """Schuirmann's two one-sided tests on the paired differences, from the t distribution
+    integrated here: H0 d <= -margin against d > -margin, and H0 d >= margin against d < margin."""
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    n, mean = len(d), statistics.fmean(d)
+    se = statistics.stdev(d) / math.sqrt(n)
+    return 1 - t_cdf((mean + margin) / se, n - 1), t_cdf((mean - margin) / se, n - 1)
+
+
+@pytest.mark.parametrize(
+    "a, margin",
+    [
+        ((8.35, 8.46, 8.24), 0.083),  # within 0.02 of the base in every seed
+        ((8.35, 8.46, 8.24), 0.03),  # the same, against a margin too narrow for its interval
+        ((8.2, 8.5, 8.4), 0.083),  # too spread
+        ((8.43, 8.58, 8.31), 0.083),  # 0.1 above the base, give or take 0.01: outside the margin
+        ((8.36, 8.47, 8.25), 0.083),  # 0.02, 0.0, 0.03 above the base: just inside
+    ],
+)
+def test_equivalent_is_both_one_sided_tests_passing_at_half_the_level(a, margin):
+    """The 95% interval within ± margin exactly when each one-sided test rejects at 2.5%."""
+    b = (8.33, 8.47, 8.22)
+    c = compare(Sample(a), Sample(b), margin)
+    assert c.equivalent == (max(one_sided_p_values(a, b, margin)) < ALPHA / 2)
+    assert not compare(Sample(a), Sample(b)).equivalent  # no margin stated: never a tie
+
+
+def test_the_margins_are_a_share_of_the_base_in_perplexity_and_points_in_bleu():
+    sweep = Sweep(LINES, MANIFEST)
+    base_ppl = statistics.fmean((8.33, 8.47, 8.22))
+    assert sweep.compare("FFN-none", PERPLEXITY).margin == pytest.approx(0.01 * base_ppl)
+    assert sweep.compare("FFN-none", BLEU).margin == BLEU.margin == 1.0
+    # Below the smallest change in perplexity that the paper reads as a loss (32 heads).
+    assert PERPLEXITY.margin < PAPER["A-h32"][0] / PAPER["base"][0] - 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,8 +225,9 @@ def test_holm_adjusted_p_values_reject_what_the_sequence_rejects(seed):
 # Verdicts on made-up comparisons
 
 
-def made_up(delta, p, runs=3, base_runs=3, band=0.26, half=0.3) -> Comparison:
-    return Comparison(delta, delta - half, delta + half, p, runs, base_runs, band)
+def made_up(delta, p, runs=3, base_runs=3, band=0.26, half=0.3, margin=0.08) -> Comparison:
+    pairs = min(runs, base_runs)
+    return Comparison(delta, delta - half, delta + half, p, runs, base_runs, band, pairs, margin)
 
 
 @pytest.mark.parametrize(
@@ -197,16 +253,21 @@ def made_up(delta, p, runs=3, base_runs=3, band=0.26, half=0.3) -> Comparison:
             made_up(+1.6, 0.2),
             +0.37,
             PERPLEXITY,
-            "noise",
-            "p = 0.2, 3 and 3 seeds): inside the noise",
+            "undecided",
+            "p = 0.2, 3 seeds paired): undecided, inside the noise, wider than ±0.08",
         ),
-        (made_up(-0.1, 0.9), 0.0, PERPLEXITY, "noise", "inside the noise (the paper: +0.00)"),
+        (made_up(-0.1, 0.9), 0.0, PERPLEXITY, "undecided", "wider than ±0.08 (the paper: +0.00)"),
+        (made_up(-0.01, 0.9, half=0.05), None, PERPLEXITY, "equivalent", "within ±0.08"),
+        (made_up(-0.01, 0.9, margin=math.nan), None, PERPLEXITY, "undecided", "paired): undecided"),
+        (made_up(+0.3, 0.9, half=0.5, margin=1.0), -0.1, BLEU, "equivalent", "within ±1.0"),
         (made_up(-17.4, 0.001), -0.3, BLEU, "agrees", "-17.4 BLEU"),
         (made_up(-1.0, 0.001), -0.3, BLEU, "agrees", "the paper's way (the paper: -0.3)"),
         (made_up(+2.5, 0.01), -1.2, BLEU, "opposes", "better beyond the noise, the opposite"),
         (made_up(+7.6, math.nan, runs=1), -0.04, PERPLEXITY, "one run", "outside the base's ±0.26"),
         (made_up(+0.1, math.nan, runs=1), None, PERPLEXITY, "one run", "inside the base's ±0.26"),
-        (made_up(+0.1, math.nan, base_runs=1, band=math.nan), None, BLEU, "unknown", "unknown"),
+        (made_up(+0.1, math.nan, base_runs=1, band=math.nan), None, BLEU, "unknown", "two seeds"),
+        (made_up(+0.1, math.nan), None, BLEU, "unknown", "fewer than two seeds in common"),
+        (replace(made_up(+9.0, 0.001), same_data=False), None, BLEU, "other data", "not compared"),
     ],
 )
 def test_verdicts_on_made_up_comparisons(comparison, paper, measure, kind, words):
@@ -226,7 +287,14 @@ def test_a_difference_many_times_the_papers_agrees_in_direction_only():
 
 def test_inside_the_noise_is_never_agreement_even_where_the_paper_saw_none():
     for paper in (0.0, 0.01, -0.01, 0.5):
-        assert verdict(made_up(0.05, 0.8), paper, PERPLEXITY).kind == "noise"
+        assert verdict(made_up(0.05, 0.8), paper, PERPLEXITY).kind == "undecided"
+
+
+def test_a_difference_beyond_the_noise_is_one_even_inside_the_margin():
+    """Equivalence is asked only of what the test does not call: a small, sure difference is a
+    difference (the margin bounds what "no difference" may cover, not what a test may find)."""
+    small = made_up(-0.05, 0.001, half=0.02)
+    assert small.equivalent and verdict(small, None, PERPLEXITY).kind == "beyond"
 
 
 def test_the_paper_tie_is_half_its_last_digit():
@@ -240,8 +308,9 @@ def test_the_paper_tie_is_half_its_last_digit():
 # A sweep's lines read by variant
 
 
-def line(name, row, ppl, bleu, seed=0, replica_of=None, label=None, long=20.0, **extra):
+def line(name, row, ppl, bleu, seed=0, replica_of=None, label=None, long=20.0, short=None, **extra):
     training = {"seed": seed}
+    config = {"training": training} | ({} if short is None else {"train_max_len": short})
     return {
         "name": name,
         "row": row,
@@ -251,7 +320,7 @@ def line(name, row, ppl, bleu, seed=0, replica_of=None, label=None, long=20.0, *
         "replica_of": replica_of,
         "parameters": 1000,
         "bleu_by_length": {"long": {"bleu": long}, "short": {"bleu": 30.0}},
-        "config": {"training": training},
+        "config": config,
         **extra,
     }
 
@@ -268,6 +337,17 @@ LINES = (
     {k: v for k, v in line("C-N4", "C", 15.96, 8.1).items() if k != "replica_of"},
 )
 MANIFEST = {"profile": jsonable(SWEEP_PROFILES["cpu"])}
+LONG_BLEU = replace(BLEU, name="BLEU of the long sentences", key="bleu_by_length.long.bleu")
+# Two position encodings trained on the short pairs only, three seeds each.
+SHORT = tuple(
+    line(name, "E-short", ppl, 20.0, seed, replica, long=long, short=16)
+    for variant, ppls, longs in (
+        ("E-short-sin", (19.9, 19.3, 20.6), (16.0, 17.2, 15.1)),
+        ("E-short-learned", (20.7, 20.0, 21.6), (14.5, 15.9, 13.2)),
+    )
+    for seed, ppl, long in zip((0, 1, 2), ppls, longs, strict=True)
+    for name, replica in [(variant, None) if seed == 0 else (f"{variant}-seed{seed}", variant)]
+)
 
 
 def test_lines_are_grouped_by_the_variant_they_repeat():
@@ -277,7 +357,8 @@ def test_lines_are_grouped_by_the_variant_they_repeat():
     ]
     assert list(sweep.variants) == ["base", "FFN-none", "A-h1", "C-N4"]
     assert sweep.sample("FFN-none", PERPLEXITY).values == (9.97, 10.1, 9.9)
-    assert sweep.sample("base", lambda r: r["bleu_by_length"]["long"]["bleu"]).runs == 3
+    assert sweep.sample("base", LONG_BLEU) == Sample((20.0, 20.0, 20.0), seeds=(0, 1, 2))
+    assert LONG_BLEU.of(LINES[0]) == 20.0 and PERPLEXITY.of(LINES[0]) == 8.33
     assert sweep.first("FFN-none")["name"] == "FFN-none"
     assert sweep.compare("A-h1", PERPLEXITY).runs == 1
 
@@ -328,7 +409,7 @@ def test_the_words_and_the_table_say_what_the_comparisons_say():
     assert level(sweep.sample("A-h1", PERPLEXITY), 2) == "8.22 (one run)"
     between = difference(sweep, "FFN-none", "base", PERPLEXITY)
     assert between.startswith(f"{c.delta:+.2f} (95% interval {c.low:+.2f} to {c.high:+.2f}")
-    assert difference(sweep, "A-h1", "base", PERPLEXITY).endswith("(too few seeds to test)")
+    assert difference(sweep, "A-h1", "base", PERPLEXITY).endswith("(one run, not tested)")
     table = table_markdown(sweep).splitlines()
     assert len(table) == 2 + len(sweep.variants)
     assert [row.split(" | ")[0].strip("| ") for row in table[2:]] == [
@@ -361,12 +442,39 @@ def test_a_sweeps_comparisons_are_corrected_together():
     assert "corrected" in difference(wider, "base", "FFN-none", PERPLEXITY)
 
 
+def test_variants_trained_on_other_data_form_a_family_of_their_own():
+    """Variants trained on the short pairs only are not compared with the base (their data
+    differ), and the comparisons between them are corrected among themselves."""
+    between = (("base", "FFN-none", BLEU), ("E-short-sin", "E-short-learned", LONG_BLEU))
+    sweep = Sweep(LINES + SHORT, MANIFEST, between=between)
+    assert sweep.data("base") is None and sweep.data("E-short-sin") == 16
+    assert set(sweep.families) == {None, 16}
+    assert all("E-short" not in a for a, _, _ in sweep.family)  # none against the base
+    assert len(sweep.family) == len(Sweep(LINES, MANIFEST).family) + 1
+    short = sweep.families[16]
+    key = ("E-short-sin", "E-short-learned", LONG_BLEU)
+    assert list(short) == [key]  # a family of one: Holm's correction is the test itself
+    alone = compare(sweep.sample(*key[::2]), sweep.sample(*key[1:]))
+    assert short[key] == alone.p and sweep.compare(*key[::2], key[1]).p_holm == alone.p
+    across = sweep.compare("E-short-sin", PERPLEXITY)
+    assert not across.same_data and not across.tested
+    assert sweep.judge("E-short-sin", BLEU).kind == "other data"
+    apart = statistics.fmean((19.9, 19.3, 20.6)) - statistics.fmean((8.33, 8.47, 8.22))
+    assert f"| 3 | {apart:+.2f}: other data |" in table_markdown(sweep)
+    mixed = Sweep(LINES + SHORT, MANIFEST, between=(("E-short-sin", "FFN-none", PERPLEXITY),))
+    with pytest.raises(ValueError, match="trained on different data"):
+        _ = mixed.families
+
+
 def test_a_verdict_goes_with_the_corrected_p_value():
     alone = made_up(+1.6, 0.01)
     assert verdict(alone, None, PERPLEXITY).kind == "beyond"
     corrected = verdict(replace(alone, p_holm=0.2), None, PERPLEXITY)
-    assert corrected.kind == "noise" and "p = 0.01, corrected = 0.2" in corrected.text
+    assert corrected.kind == "undecided" and "p = 0.01, corrected = 0.2" in corrected.text
     assert "p < 0.001, corrected = 0.002" in replace(made_up(1.0, 0.0005), p_holm=0.002).p_words
+    # Just below the level, two digits would print the level itself: three are kept.
+    assert replace(made_up(1.0, 0.01), p_holm=0.0499).p_words.endswith("corrected = 0.0499")
+    assert made_up(1.0, 0.051).p_words == "p = 0.051"
 
 
 # ---------------------------------------------------------------------------------------------
