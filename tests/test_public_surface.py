@@ -76,7 +76,21 @@ def test_importing_the_package_loads_neither_torch_nor_the_metadata_scan():
     assert done.stdout.split("\n")[:2] == ["[]", "True"], done.stdout
 
 
-def test_the_package_is_typed():
-    """PEP 561: the package ships ``py.typed``, and the build includes it."""
+def test_the_package_is_typed_and_its_stub_names_every_public_name():
+    """PEP 561: the package ships ``py.typed`` and the stub ``__init__.pyi``, whose imports give an
+    editor each public name from the module that defines it, and nothing else."""
+    import ast
+
     assert (ROOT / "transformer_lib" / "py.typed").is_file()
-    assert "py.typed" in (ROOT / "pyproject.toml").read_text()
+    stub = ast.parse((ROOT / "transformer_lib" / "__init__.pyi").read_text())
+    imported = {
+        alias.name: node.module.removeprefix("transformer_lib.")
+        for node in stub.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported == transformer_lib._PUBLIC
+    declared = [n for n in stub.body if isinstance(n, ast.Assign) and n.targets[0].id == "__all__"]
+    assert ast.literal_eval(declared[0].value) == transformer_lib.__all__
+    built = (ROOT / "pyproject.toml").read_text()
+    assert "py.typed" in built and "__init__.pyi" in built

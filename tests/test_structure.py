@@ -272,9 +272,10 @@ def code_lines(source: str) -> int:
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 documentation.update(range(body[0].lineno, body[0].end_lineno + 1))
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
-        ):
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in targets
+        ):  # ``__all__ = [...]``, or ``__all__: list[str] = []`` where nothing is public
             documentation.update(range(node.lineno, node.end_lineno + 1))
     return len(source.splitlines()) - len(documentation)
 
@@ -292,6 +293,7 @@ def test_the_library_stays_small():
 def test_code_lines_leave_out_docstrings_and_all():
     source = '"""Module."""\n\n\ndef f():\n    """Doc\n    more."""\n    return 1\n\n__all__ = [\n    "f",\n]\n'
     assert code_lines(source) == 11 - 1 - 2 - 3
+    assert code_lines('"""Module."""\n\n__all__: list[str] = []\n') == 1  # the blank line
 
 
 @pytest.mark.parametrize("module", MODULES)

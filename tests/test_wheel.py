@@ -71,7 +71,8 @@ def test_the_wheel_is_typed_and_knows_its_version(installed, tmp_path):
     """PEP 561's marker travels in the wheel, and ``__version__`` reads the installed metadata."""
     code = (
         "import pathlib, transformer_lib as t\n"
-        "print((pathlib.Path(t.__file__).parent / 'py.typed').is_file(), t.__version__)"
+        "here = pathlib.Path(t.__file__).parent\n"
+        "print(all((here / f).is_file() for f in ('py.typed', '__init__.pyi')), t.__version__)"
     )
     typed, version = run_outside(installed, tmp_path, "-c", code).split()
     assert typed == "True" and version == "0.1.0"

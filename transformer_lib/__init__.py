@@ -9,35 +9,13 @@ The names a user needs are here at the top::
 
 Each is imported from its module on first use, so importing the package stays cheap (no torch, and
 the version is read only when asked): ``python -m transformer_lib --help`` answers at once.
-Editors and type checkers see the same names through the imports under ``TYPE_CHECKING``, and the
-package ships ``py.typed`` (PEP 561). The subpackage ``transformer_lib.book`` is
-the book's own machinery (figures, tables, the exercises' solutions), not part of this surface.
+Editors and type checkers read the same names, with their types, from the stub beside this file
+(``__init__.pyi``); the package ships ``py.typed`` (PEP 561). The subpackage
+``transformer_lib.book`` is the book's own machinery (figures, tables, the exercises' solutions),
+not part of this surface.
 """
 
 from importlib import import_module
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # what an editor and a type checker read; at run time each loads on first use
-    from transformer_lib.attention import (
-        MultiHeadAttention,
-        padding_mask,
-        scaled_dot_product_attention,
-        subsequent_mask,
-    )
-    from transformer_lib.batching import make_batches
-    from transformer_lib.checkpoints import load_checkpoint
-    from transformer_lib.data import load_multi30k
-    from transformer_lib.decoding import SearchConfig, beam_search, greedy_search, translate
-    from transformer_lib.errors import TransformerLibError
-    from transformer_lib.evaluation import average_checkpoints, corpus_scores, evaluate_split
-    from transformer_lib.marian import save_huggingface
-    from transformer_lib.model import Transformer, TransformerConfig
-    from transformer_lib.pretrained import load_pretrained, save_pretrained
-    from transformer_lib.recipe import train_translation
-    from transformer_lib.tokenizer import BPETokenizer
-    from transformer_lib.training import TrainingConfig, train
-
-    __version__: str
 
 # Public name -> the module that defines it. The API reference page documents the same names.
 _PUBLIC = {
