@@ -17,14 +17,24 @@ batches filled in random order under the same budget), padding widths to a multi
 graphs (``torch.compile``'s "reduce-overhead" mode, against eager and against its default mode)
 and, on a CPU, oneDNN's products (``TrainingConfig(products="onednn")``, against PyTorch's MKL).
 
+``--fast-paths`` times the training loop's three fast paths instead, beside our eager step and
+``nn.Transformer`` eager: ``packing`` times batches packed without padding
+(``TrainingConfig.packing``: ``flex_attention`` on a GPU, boolean masks on a CPU) against padded
+batches, both compiled for any shape as the loop compiles them; ``buckets`` times packed rows
+rounded to multiples of ``--length-bucket`` (``TrainingConfig.length_bucket``), compiled a graph
+per length with CUDA graphs, with fused Adam (``TrainingConfig.fused_adam``): every fast path at
+once. Fused Adam alone (``ours, fused Adam``) is timed in both. Each run compiles at most two
+models (``buckets``: one, a graph for each length its batches take).
+
 Run: ``python benchmarks/train_step.py`` (CPU, small model; ``make bench`` runs every benchmark),
-``python benchmarks/train_step.py --device cuda --size base`` on a GPU.
+``python benchmarks/train_step.py --device cuda --size base`` on a GPU (``tools/gpu/perf.sh``).
 """
 
 import argparse
 import gc
 import os
 import statistics
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -42,7 +52,9 @@ from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.onednn import OneDNNProducts
 from transformer_lib.schedule import make_optimizer
 from transformer_lib.tokenizer import PAD_ID, BPETokenizer
-from transformer_lib.training import label_smoothed_loss
+from transformer_lib.training import PackedTransformer, label_smoothed_loss, pack_batch
+
+FAST_PATHS = ("packing", "buckets")  # --fast-paths: the candidates of each, see fast_candidates
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,8 @@ class Candidate:
     adam: str = "default"  # default | loop | foreach | fused
     products: str | None = None  # "onednn": the linear layers by oneDNN (a CPU only)
     graphs: bool = False  # a model compiled with CUDA graphs: each update starts a new step
+    packing: str | None = None  # "flex" or "masks": each batch packed before each step
+    length_bucket: int | None = None  # packed rows rounded up to a multiple of it
 
     def step_function(self, device: torch.device, d_model: int) -> Callable[[], None]:
         """A function that trains on every batch once (one optimizer update per batch)."""
@@ -132,6 +146,8 @@ class Candidate:
             for batch in batches:
                 if self.graphs:  # the last update's graph outputs may be overwritten now
                     torch.compiler.cudagraph_mark_step_begin()
+                if self.packing is not None:  # timed: the loop packs each batch as it comes
+                    batch = pack_batch(batch, PAD_ID, self.packing, self.length_bucket)
                 with autocast:
                     logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
                 loss, tokens = label_smoothed_loss(logits, batch.tgt_out, PAD_ID)
@@ -225,6 +241,83 @@ def candidates(
     return c, tricks
 
 
+def compiled(module: nn.Module, mode: str | None, dynamic: bool, backend: str) -> nn.Module:
+    """``torch.compile`` as the training loop calls it; another ``backend`` than inductor (a
+    plumbing check on a CPU, e.g. aot_eager) takes no mode."""
+    if backend != "inductor":
+        return torch.compile(module, backend=backend, dynamic=dynamic)
+    return torch.compile(module, mode=mode, dynamic=dynamic)
+
+
+def fast_candidates(
+    ours: Transformer,
+    batches: list[Batch],
+    device: torch.device,
+    which: str,
+    length_bucket: int,
+    backend: str = "inductor",
+) -> tuple[dict[str, Candidate], list[tuple[str, str, str]]]:
+    """The candidates and speed-ups of ``--fast-paths which`` (FAST_PATHS), beside "ours".
+
+    ``packing``: our model compiled for any shape (``dynamic=True``, as the loop compiles
+    padded batches), and the same packed. ``buckets``: packed in length buckets, compiled a
+    graph per length (as the loop compiles them) with CUDA graphs ("reduce-overhead"), with
+    fused Adam: every fast path at once; one compiled model only, since each bucket's graph is
+    compiled on its own. Packing runs flex_attention on a GPU, boolean masks on a CPU
+    (flex_attention has no backward there)."""
+    bf16, packing = device.type == "cuda", "flex" if device.type == "cuda" else "masks"
+    network = PackedTransformer(peers.variant(ours))
+    if which == "packing":
+        padded, packed = "ours, torch.compile (any shape)", "ours, packed, torch.compile"
+        return {
+            padded: Candidate(compiled(peers.variant(ours), None, True, backend), batches, bf16),
+            packed: Candidate(
+                compiled(network, None, True, backend), batches, bf16, packing=packing
+            ),
+        }, [
+            ("torch.compile (any shape)", padded, "ours"),
+            (f"packing ({packing}), both compiled", packed, padded),
+        ]
+    graphs = device.type == "cuda"
+    every = "ours, packed, buckets, fused Adam, torch.compile" + " + CUDA graphs" * graphs
+    mode = "reduce-overhead" if graphs else None
+    return {
+        every: Candidate(
+            compiled(network, mode, False, backend),
+            batches,
+            bf16,
+            adam="fused",
+            graphs=graphs,
+            packing=packing,
+            length_bucket=length_bucket,
+        )
+    }, [("every fast path, compiled", every, "ours")]
+
+
+def check_packed_function(ours: Transformer, batch: Batch, device: torch.device) -> float:
+    """Packed rows compute our function: the logits of the real target tokens of (at most) the
+    first 16 pairs of ``batch``, packed (flex_attention on a GPU, uncompiled; boolean masks on a
+    CPU) against padded, in float32 without TF32. Returns the largest difference."""
+    rows = min(len(batch), 16)
+    fields = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")
+    batch = Batch(*(getattr(batch, name)[:rows] for name in fields)).to(device)
+    packed = pack_batch(batch, PAD_ID, "flex" if device.type == "cuda" else "masks")
+    model = ours.to(device).eval()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # flex_attention uncompiled says it is slow: it is
+        padded = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        row = PackedTransformer(model)(packed.src, packed.tgt_in, packed.src_mask, packed.tgt_mask)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    model.train()
+    real = batch.tgt_out != PAD_ID
+    difference = (row[0, : int(real.sum())] - padded[real]).abs().max().item()
+    if difference > 1e-3:
+        raise AssertionError(f"packed rows differ from padded batches by {difference:.1e}")
+    return difference
+
+
 def check_same_functions(models: dict[str, nn.Module], batch: Batch, device: torch.device) -> float:
     """Every model computes the same function as the first (in float32, without TF32)."""
     if device.type == "cuda":
@@ -301,21 +394,39 @@ def measure(
     memory: bool = False,
     graphs: bool = False,
     only: Sequence[str] | None = None,
+    fast_paths: str | None = None,
+    length_bucket: int = 1024,
+    backend: str = "inductor",
 ) -> dict:
     """Time every candidate in turns and return the figures (see the module's docstring).
 
     ``only``: the names of the candidates to time ("ours" and "nn.Transformer" always are).
     ``graphs``: with ``compile_models``, time our compiled model with CUDA graphs too.
+    ``fast_paths``: add the candidates of :func:`fast_candidates` (with ``length_bucket`` and
+    ``backend``, their compiler); ``only`` may name them.
     """
     torch.manual_seed(0)
     ours = Transformer(size.model)
     by_length, unordered = batches
     everything, tricks = candidates(ours, by_length, unordered, device, compile_models, graphs)
+    if fast_paths is not None:
+        fast, fast_tricks = fast_candidates(
+            ours, by_length, device, fast_paths, length_bucket, backend
+        )
+        everything, tricks = {**everything, **fast}, [*tricks, *fast_tricks]
+        graphs = graphs or any(cand.graphs for cand in fast.values())
+        only = [*fast, "ours, fused Adam"] if only is None else only
     keep = {"ours", "nn.Transformer", *(only if only is not None else everything)}
     chosen = {name: cand for name, cand in everything.items() if name in keep}
     tricks = [t for t in tricks if t[1] in chosen and t[2] in chosen]
-    eager = {n: c.model for n, c in chosen.items() if "compile" not in n and "as it comes" not in n}
+    eager = {
+        name: cand.model
+        for name, cand in chosen.items()
+        if "compile" not in name and "as it comes" not in name and cand.packing is None
+    }
     largest = check_same_functions(eager, by_length[0], device)
+    if fast_paths is not None:
+        largest = max(largest, check_packed_function(ours, by_length[0], device))
 
     functions = {
         name: cand.step_function(device, size.model.d_model) for name, cand in chosen.items()
@@ -323,7 +434,7 @@ def measure(
     # Compiled models compile on the first batch, and again (for varying shapes) on the second:
     # two untimed rounds keep compilation out of the timings. CUDA graphs record each shape
     # after one run of it that warms up: a third untimed round.
-    warmup = 1 + compile_models + graphs
+    warmup = 1 + (compile_models or fast_paths is not None) + graphs
     times = common.time_in_turns(functions, rounds or size.rounds, warmup, device)
 
     peak = peak_for(common.device_name(device)) if device.type == "cuda" else None
@@ -339,6 +450,9 @@ def measure(
     for name, cand in chosen.items():
         tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in cand.batches)
         padded = sum(b.tgt_out.numel() for b in cand.batches)
+        if cand.packing is not None:  # the target rows' tokens, with a bucket's filler
+            rows = [pack_batch(b, PAD_ID, "flex", cand.length_bucket) for b in cand.batches]
+            padded = sum(row.tgt_out.numel() for row in rows)  # flex: no (T, T) mask to build
         flops = sum(training_flops(size.model, *real_lengths(b)) for b in cand.batches)
         median = statistics.median(times[name])
         figures = {
@@ -350,6 +464,8 @@ def measure(
             "model_flops_per_s": flops / median,
             "bf16": cand.bf16,
             "adam": cand.adam,
+            "packing": cand.packing,
+            "length_bucket": cand.length_bucket,
             "timings_s": times[name],
         }
         if peak is not None and cand.bf16:
@@ -390,6 +506,25 @@ def memory_figures(ours: Transformer, size: Size, batches: list[Batch], device) 
                 make, size.model, length, device
             )
     return figures
+
+
+def fast_path_lines(figures: dict) -> list[dict]:
+    """Each packed candidate against nn.Transformer eager: tokens/s and, on a GPU, MFU."""
+    lines, peer = [], figures["nn.Transformer"]
+    for name, ours in figures.items():
+        if not name.startswith("ours, packed"):
+            continue
+        label = "every fast path" if "buckets" in name else "packed, compiled"
+        lines.append(
+            common.compare(
+                f"{label} / nn.Transformer", ours["tokens_per_s"], peer["tokens_per_s"], "tokens/s"
+            )
+        )
+        if "mfu" in ours and "mfu" in peer:
+            lines.append(
+                common.compare(f"{label}: MFU", 100 * ours["mfu"], 100 * peer["mfu"], "% of peak")
+            )
+    return lines
 
 
 def report(results: dict, device: torch.device) -> list[dict]:
@@ -445,6 +580,7 @@ def report(results: dict, device: torch.device) -> list[dict]:
                 "tokens/s",
             )
         )
+    lines += fast_path_lines(figures)
     memory = results.get("memory")
     if memory:
         lines.append(
@@ -491,6 +627,25 @@ def main() -> None:
     parser.add_argument(
         "--no-tricks", action="store_true", help="time ours and the peer only, no speed-ups"
     )
+    parser.add_argument(
+        "--fast-paths",
+        choices=FAST_PATHS,
+        default=None,
+        help="time the training loop's fast paths instead of the speed-ups: packing (packed "
+        "against padded, both compiled) or buckets (every fast path against packing alone)",
+    )
+    parser.add_argument(
+        "--length-bucket",
+        type=int,
+        default=1024,
+        help="--fast-paths buckets: packed rows rounded up to a multiple of it (default 1024)",
+    )
+    parser.add_argument(
+        "--compile-backend",
+        default="inductor",
+        help="the compiler of --fast-paths (default inductor; aot_eager runs PyTorch's own "
+        "kernels, a quick check of the plumbing on a CPU)",
+    )
     args = parser.parse_args()
     device = common.setup(parser, args)
     size = SIZES[args.size]
@@ -500,6 +655,10 @@ def main() -> None:
             if value < 1:
                 parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
             size = replace(size, **{name: value})
+    if args.fast_paths is not None and args.compile in ("yes", "graphs"):
+        parser.error("--fast-paths compiles its own candidates: leave out --compile")
+    if args.length_bucket < 1:
+        parser.error(f"--length-bucket must be at least 1, got {args.length_bucket}")
     if args.data == "multi30k":
         try:
             batches = multi30k_batches(size.model, size.max_tokens, size.batches, args.data_dir)
@@ -507,8 +666,8 @@ def main() -> None:
             parser.error(f"{err} (or run with --data random)")
     else:
         batches = random_batches(size.model, size.max_tokens, size.batches)
-    compile_models = args.compile in ("yes", "graphs") or (
-        args.compile == "auto" and device.type == "cuda"
+    compile_models = args.fast_paths is None and (
+        args.compile in ("yes", "graphs") or (args.compile == "auto" and device.type == "cuda")
     )
     graphs = args.compile == "graphs"
     only = None
@@ -525,6 +684,9 @@ def main() -> None:
         memory=not args.no_memory,
         only=only,
         graphs=graphs,
+        fast_paths=args.fast_paths,
+        length_bucket=args.length_bucket,
+        backend=args.compile_backend,
     )
     results["comparisons"] = report(results, device)
     results["data"] = args.data

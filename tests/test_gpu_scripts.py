@@ -216,6 +216,41 @@ def test_the_search_step_runs_on_a_cpu(tmp_path):
     assert not (ROOT / "results" / "ci-search").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_the_fast_paths_step_runs_on_a_cpu(tmp_path):
+    """DRY_RUN=1 runs perf.sh's fast_paths step at toy size on a CPU: both of its runs write
+    their JSON, each fast path's candidate beside ours and nn.Transformer."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "DRY_RUN": "1", "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", "tools/gpu/perf.sh", "fast_paths"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    folder = out / "results" / "perf-dry-run"
+    for name, candidate in (
+        ("packing", "ours, packed, torch.compile"),
+        ("buckets", "ours, packed, buckets, fused Adam, torch.compile"),
+    ):
+        results = json.loads((folder / f"train_step_fast_{name}.json").read_text())["results"]
+        assert {"ours", "nn.Transformer", "ours, fused Adam", candidate} <= set(
+            results["candidates"]
+        )
+        assert results["candidates"][candidate]["packing"] == "masks"  # a CPU: no flex backward
+    refused = subprocess.run(
+        ["bash", "tools/gpu/perf.sh", "train_step"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert refused.returncode == 2 and "fast_paths step alone" in refused.stderr
+
+
 def test_each_search_candidate_changes_what_its_name_says():
     import dataclasses
 

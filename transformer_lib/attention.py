@@ -53,6 +53,7 @@ import math
 
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 
 def scaled_dot_product_attention(
@@ -99,7 +100,7 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:316 (cell 18)
+# %% book/attention.md:317 (cell 18)
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): h attentions of width d_k = d_v = d_model / h, concatenated.
 
@@ -237,9 +238,15 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         """The heads' attention of projected queries q (B, h, L_q, d_k) over keys k (B, h, L_k,
         d_k) and values v (B, h, L_k, d_v), then Concat and W^O: (B, L_q, d_model). ``mask`` and
-        ``need_weights`` as in :meth:`forward`."""
+        ``need_weights`` as in :meth:`forward`; a ``BlockMask`` instead of a boolean mask (packed
+        sentences, the training loop's ``packing="flex"``) runs PyTorch's ``flex_attention``,
+        which skips the blocks the mask leaves out and has no attention dropout."""
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
+        if isinstance(mask, BlockMask):
+            if dropout_p > 0.0 or need_weights:
+                raise ConfigError("flex_attention neither drops attention weights nor returns them")
+            out = flex_attention(q, k, v, block_mask=mask, scale=self.scale)
+        elif need_weights:
             out, self.weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, self.scale)
         else:
             out = F.scaled_dot_product_attention(

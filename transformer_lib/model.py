@@ -153,7 +153,9 @@ class PositionalEncoding(nn.Module):
     a learned table (Table 3, row E), or with ``kind="none"`` nothing.
 
     (B, L, d_model) -> (B, L, d_model); ``offset`` is the position of the first row (used when
-    the decoder runs one token at a time).
+    the decoder runs one token at a time). ``positions`` (B, L) int64, below ``max_len``, gives
+    each token its own position instead: sentences packed end to end in one row, each from 0
+    (the training loop's ``packing``).
     """
 
     def __init__(self, d_model: int, max_len: int, dropout: float, kind: str = "sinusoidal"):
@@ -166,21 +168,22 @@ class PositionalEncoding(nn.Module):
         elif kind == "sinusoidal":  # fixed: a buffer, not a parameter, and not saved
             self.register_buffer("table", sinusoidal_encoding(max_len, d_model), persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         length = x.shape[1]
-        if offset + length > self.max_len:
+        if positions is None and offset + length > self.max_len:
             raise ConfigError(
                 f"a sequence of {offset + length} positions is longer than max_len "
                 f"{self.max_len}: shorten the input or build the model with a larger max_len"
             )
+        rows = slice(offset, offset + length) if positions is None else positions  # packed
         if self.kind == "sinusoidal":
-            x = x + self.table[offset : offset + length].to(x.dtype)
+            x = x + self.table[rows].to(x.dtype)
         elif self.kind == "learned":
-            x = x + self.learned.weight[offset : offset + length]
+            x = x + self.learned.weight[rows]
         return self.dropout(x)
 
 
-# %% book/model.md:466 (cell 29)
+# %% book/model.md:469 (cell 29)
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network, each a residual sub-layer (§3.1).
 
@@ -256,9 +259,12 @@ def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:580 (cell 33)
+# %% book/model.md:583 (cell 33)
 class Encoder(nn.Module):
-    """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model)."""
+    """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model).
+
+    ``positions`` (B, S): each token's position, for packed sentences (see PositionalEncoding).
+    """
 
     def __init__(self, c: TransformerConfig, embeddings: Embeddings):
         super().__init__()
@@ -267,15 +273,18 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_layers))
         self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
 
-    def forward(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
-        x = self.positions(self.embeddings(src))
+    def forward(self, src: Tensor, src_mask: Tensor | None, positions=None) -> Tensor:
+        x = self.positions(self.embeddings(src), positions=positions)
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.norm(x)
 
 
 class Decoder(nn.Module):
-    """Embeddings, positions and N decoder layers (§3.1). (B, T) int64 -> (B, T, d_model)."""
+    """Embeddings, positions and N decoder layers (§3.1). (B, T) int64 -> (B, T, d_model).
+
+    ``positions`` (B, T): each token's position, for packed sentences (see PositionalEncoding).
+    """
 
     def __init__(self, c: TransformerConfig, embeddings: Embeddings):
         super().__init__()
@@ -284,8 +293,10 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layers))
         self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
 
-    def forward(self, tgt, memory, src_mask, tgt_mask, need_weights=False) -> Tensor:
-        x = self.positions(self.embeddings(tgt))
+    def forward(
+        self, tgt, memory, src_mask, tgt_mask, need_weights=False, positions=None
+    ) -> Tensor:
+        x = self.positions(self.embeddings(tgt), positions=positions)
         for layer in self.layers:
             x = layer(x, memory, src_mask, tgt_mask, need_weights)
         return self.norm(x)
@@ -427,16 +438,5 @@ def check_config(c: "TransformerConfig") -> None:
 
 __all__ = [
     "TransformerConfig",
-    "PositionwiseFeedForward",
-    "Embeddings",
-    "sinusoidal_encoding",
-    "PositionalEncoding",
-    "EncoderLayer",
-    "DecoderLayer",
-    "residual",
-    "Encoder",
-    "Decoder",
     "Transformer",
-    "POSITIONAL",
-    "check_config",
 ]

@@ -72,8 +72,15 @@ class TrainingConfig:
         bf16 (bool): bf16 autocast on CUDA; the CPU always trains in float32.
         products (str | None): ``"onednn"``: a CPU's linear layers by oneDNN (chapter Performance).
         compile (str | None): a ``torch.compile`` mode for the updates (``"default"`` or
-            ``"max-autotune-no-cudagraphs"``): fused kernels, the same arithmetic to rounding
-            but dropout masks of its own; None: eager (chapter Performance measures it).
+            ``"max-autotune-no-cudagraphs"``, and ``"reduce-overhead"`` with a
+            ``length_bucket``): fused kernels, the same arithmetic to rounding but dropout masks
+            of its own; None: eager (chapter Performance measures it).
+        packing (str | None): ``"masks"`` or ``"flex"``: each batch's sentences end to end in
+            one row per side, no padding, the same loss (chapter The training loop); None: padded.
+        length_bucket (int | None): packed rows rounded up to a multiple of it, so that compiled
+            code sees a few shapes; None: exact lengths.
+        fused_adam (bool): Adam's update of every parameter in one fused kernel (PyTorch's
+            ``fused=True``); the same update to rounding.
     """
 
     max_steps: int = 100_000  # optimizer updates; the paper's base model trains for 100k
@@ -94,16 +101,20 @@ class TrainingConfig:
     bf16: bool = True  # bf16 autocast on CUDA; the CPU always trains in float32
     products: str | None = None  # "onednn": a CPU's linear layers by oneDNN (chapter "Performance")
     compile: str | None = None  # a torch.compile mode for the updates; None: eager
+    packing: str | None = None  # "masks" or "flex": sentences end to end; None: padded batches
+    length_bucket: int | None = None  # packed rows rounded up to a multiple: few shapes to compile
+    fused_adam: bool = False  # Adam's update of every parameter in one fused kernel
 
 
-# Settings that may change when a run is resumed: how far it goes, how it reports, and whether
-# its updates are compiled (the kernels change, not the recipe: a run may continue compiled).
+# Settings that may change when a run is resumed: how far it goes, how it reports, and how its
+# updates are computed (compiled, packed, fused: the kernels change, not the recipe).
 RESUMABLE_CHANGES = frozenset(
     {"max_steps", "log_every", "checkpoint_every", "keep_checkpoints", "compile"}
+    | {"packing", "length_bucket", "fused_adam"}
 )
 
 
-# %% book/training.md:405 (cell 23)
+# %% book/training.md:416 (cell 23)
 def backward_batch(
     network: nn.Module,
     batch,
@@ -170,7 +181,7 @@ def update_step(
     return total, total_nll, tokens
 
 
-# %% book/training_loop.md:132 (cell 8)
+# %% book/training_loop.md:134 (cell 8)
 import json
 import random
 import time
@@ -191,6 +202,7 @@ from transformer_lib.checkpoints import (
     set_rng_state,
     write_checkpoint,
 )
+from transformer_lib.errors import ConfigError
 from transformer_lib.onednn import onednn_products
 from transformer_lib.provenance import jsonable, remove_stale_temporaries, write_text_atomically
 from transformer_lib.schedule import make_optimizer
@@ -286,7 +298,7 @@ class _RunState:
         write_text_atomically(self.run_dir / "config.json", text)
 
 
-# %% book/training_loop.md:260 (cell 10)
+# %% book/training_loop.md:263 (cell 10)
 def _prepare(
     model: nn.Module,
     config: TrainingConfig,
@@ -296,7 +308,7 @@ def _prepare(
     settings: dict,
 ) -> _RunState:
     """The state before the first update: the model on ``device``, a new Adam optimizer with
-    the schedule of formula (3), and update 0."""
+    the schedule of formula (3) (fused with ``fused_adam``), and update 0."""
     model.to(device)
     optimizer, scheduler = make_optimizer(
         model,
@@ -305,6 +317,7 @@ def _prepare(
         config.lr_scale,
         config.betas,
         config.eps,
+        fused=config.fused_adam or None,  # None: PyTorch's default for the device
         max_steps=config.max_steps,
         cooldown_steps=config.cooldown_steps,
     )
@@ -382,21 +395,26 @@ def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) ->
     run.window_start = run.called = time.perf_counter()
 
 
-# %% book/training_loop.md:367 (cell 12)
+# %% book/training_loop.md:371 (cell 12)
 def _update(
     run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], pad_id: int, autocast
 ) -> bool:
-    """Gather the next ``accumulation`` batches and make one update of them over all processes
-    (``distributed_update_step``); whether an epoch ended on the way."""
+    """Gather the next ``accumulation`` batches, packed with ``packing``, and make one update
+    of them over all processes (``distributed_update_step``); whether an epoch ended on the way."""
     started = time.perf_counter()
-    group, epoch_ended = [], False
-    while len(group) < run.config.accumulation:
-        group.append(run.epoch_batches[run.index].to(run.device))
+    group, epoch_ended, c = [], False, run.config
+    while len(group) < c.accumulation:
+        batch = run.epoch_batches[run.index].to(run.device)
+        if c.packing is not None:  # the same pairs end to end (see check_fast_paths)
+            batch = pack_batch(batch, pad_id, c.packing, c.length_bucket, run.model.config.max_len)
+        group.append(batch)
         run.index += 1
         if run.index == len(run.epoch_batches):  # the epoch is used up: the next one starts now
             run.epoch, run.index, epoch_ended = run.epoch + 1, 0, True
             run.epoch_batches = batches(run.epoch)
     run.lr = run.optimizer.param_groups[0]["lr"]  # the rate this update uses
+    if c.compile == "reduce-overhead":  # the last update's CUDA graph outputs are free now
+        torch.compiler.cudagraph_mark_step_begin()
     loss, nll, local = distributed_update_step(
         network, group, run.optimizer, run.scheduler, run.config, pad_id, autocast
     )
@@ -496,29 +514,33 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
         save_checkpoint(state, folder / "last.pt")
 
 
-# %% book/training_loop.md:492 (cell 14)
+# %% book/training_loop.md:502 (cell 14)
 # torch.compile's modes that fuse kernels without recording CUDA graphs (one graph per shape).
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
 
 def compile_mode(config: TrainingConfig) -> str | None:
-    """``config.compile`` once checked: a mode of ``COMPILE_MODES``, or None for eager."""
+    """``config.compile`` once checked: a mode of ``COMPILE_MODES``, or None for eager; with a
+    ``length_bucket``, whose packed rows take a few shapes, also "reduce-overhead" (CUDA
+    graphs, one per shape)."""
     if config.compile is None:
         return None
-    if config.compile not in COMPILE_MODES:
-        raise ValueError(
-            f"compile={config.compile!r}: choose None (eager) or one of {COMPILE_MODES}; modes "
-            "with CUDA graphs need one batch shape, and the batches vary with their sentences"
+    modes = COMPILE_MODES + ("reduce-overhead",) * (config.length_bucket is not None)
+    if config.compile not in modes:
+        raise ConfigError(
+            f"compile={config.compile!r}: choose None (eager) or one of {modes}; modes "
+            "with CUDA graphs need one batch shape, and the batches vary with their sentences "
+            "(packed rows in a length_bucket take a few)"
         )
     if config.products is not None:
-        raise ValueError(
+        raise ConfigError(
             f"compile={config.compile!r} with products={config.products!r}: oneDNN's products "
             "are computed outside torch.compile; choose one of the two"
         )
     return config.compile
 
 
-# %% book/training_loop.md:517 (cell 16)
+# %% book/training_loop.md:531 (cell 16)
 def train(
     model: nn.Module,
     batches: Callable[[int], Sequence],
@@ -589,7 +611,8 @@ def train(
         FileNotFoundError: ``resume`` without ``checkpoints/last.pt``.
         CheckpointError: the checkpoint to resume is unreadable, differs from this call in a
             setting that may not change, or was written by another number of processes.
-        ValueError: ``batches(epoch)`` returned no batch, or a ``compile`` mode it cannot use.
+        ValueError: ``batches(epoch)`` returned no batch.
+        ConfigError: a ``compile`` mode, ``packing`` or ``length_bucket`` it cannot use here.
 
     Shape:
         B the batch, S the source length, T the target length, V the target vocabulary.
@@ -597,6 +620,7 @@ def train(
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     products = onednn_products(config.products, device)  # None: PyTorch's (chapter Performance)
     mode = compile_mode(config)  # checked before a file is written
+    check_fast_paths(config, model, device)  # likewise
     settings = {
         "training": jsonable(config),
         "model": jsonable(model_config) if model_config is not None else None,
@@ -607,22 +631,24 @@ def train(
         _resume(run)
     else:
         _start(run)
-    network = distributed.wrap(model, device)  # after _resume: DDP copies rank 0's weights
+    packed = PackedTransformer(model) if config.packing is not None else model
+    network = distributed.wrap(packed, device)  # after _resume: DDP copies rank 0's weights
     if mode is not None:  # the updates' calls only: `model` stays eager (see compile_mode)
-        network = torch.compile(network, mode=mode, dynamic=True)
+        network = torch.compile(network, mode=mode, dynamic=config.length_bucket is None)
     autocast = products or torch.autocast(
         device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and config.bf16
     )
     _open(run, batches, progress)
     try:
-        while run.step < config.max_steps:
-            epoch_ended = _update(run, network, batches, pad_id, autocast)
-            _log_window(run)
-            _maybe_validate(run, epoch_ended, valid_batches, valid_metrics, pad_id)
-            out_of_time = _out_of_time(run, time_limit)
-            _maybe_checkpoint(run, out_of_time, attachments)
-            if out_of_time and run.step < config.max_steps:
-                break
+        with compile_limit(config):  # room for a compiled graph per length bucket
+            while run.step < config.max_steps:
+                epoch_ended = _update(run, network, batches, pad_id, autocast)
+                _log_window(run)
+                _maybe_validate(run, epoch_ended, valid_batches, valid_metrics, pad_id)
+                out_of_time = _out_of_time(run, time_limit)
+                _maybe_checkpoint(run, out_of_time, attachments)
+                if out_of_time and run.step < config.max_steps:
+                    break
     finally:
         run.bar.close()
         if run.metrics is not None:
@@ -635,6 +661,164 @@ def train(
         "valid": run.last_valid,
         "finished": run.step >= config.max_steps,
     }
+
+
+# %% book/training_loop.md:768 (cell 22)
+from functools import partial
+
+from torch.nn.attention.flex_attention import BlockMask
+
+from transformer_lib.model import Transformer
+
+PACKINGS = ("masks", "flex")  # TrainingConfig.packing: boolean masks, or flex_attention's
+FLEX_BLOCK = 128  # flex_attention's tile of queries and keys
+
+
+@dataclass(frozen=True)
+class PackedMask:
+    """A packed row's attention masks, ``True`` = may attend, as boolean tensors or
+    flex_attention's block masks, and each token's position in its sentence."""
+
+    attention: Tensor | BlockMask  # self-attention; as a tensor (1, 1, L, L)
+    positions: Tensor  # (1, L) int64: each token's position in its sentence, from 0
+    memory: Tensor | BlockMask | None = None  # the target's encoder-decoder attention (1, 1, T, S)
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """A batch's sentence pairs end to end, one row a side, without padding (with a length
+    bucket, a filler of padding at the end, which the loss ignores). The update steps call it
+    like a ``Batch``, through :class:`PackedTransformer`. Shape: S, T the rows' lengths."""
+
+    src: Tensor  # (1, S) int64: x_1 ... x_n </s> of each pair, one after the other
+    tgt_in: Tensor  # (1, T) int64: <s> y_1 ... y_m of each pair
+    tgt_out: Tensor  # (1, T) int64: y_1 ... y_m </s> of each pair
+    src_mask: PackedMask
+    tgt_mask: PackedMask
+
+
+def sentence_mask(q_sentence: Tensor, k_sentence: Tensor, causal: bool) -> Tensor:
+    """(1, 1, L_q, L_k) bool: a token may attend to the tokens of its own sentence (``causal``:
+    to those not after it), given each token's sentence along the rows, (L_q,) and (L_k,)."""
+    allowed = q_sentence[:, None] == k_sentence[None, :]
+    return (allowed.tril() if causal else allowed)[None, None]  # (1, 1, L_q, L_k)
+
+
+def sentence_block_mask(
+    q_sentence: Tensor, k_sentence: Tensor, causal: bool, block: int = FLEX_BLOCK
+) -> BlockMask:
+    """:func:`sentence_mask` as flex_attention's ``BlockMask``: the tiles of ``block`` x
+    ``block`` scores that hold an allowed one, which the kernels compute with ``mask_mod``
+    (they skip the others). The sentences are numbered in order along both rows, so a query tile
+    meets a key tile exactly when their ranges of sentences overlap."""
+
+    def ends(sentence: Tensor) -> tuple[Tensor, Tensor]:
+        """Each tile's first and last sentence."""
+        last = torch.arange(block, sentence.numel() + block, block, device=sentence.device) - 1
+        return sentence[::block], sentence[last.clamp(max=sentence.numel() - 1)]
+
+    (q_first, q_last), (k_first, k_last) = ends(q_sentence), ends(k_sentence)
+    tiles = (q_first[:, None] <= k_last) & (k_first <= q_last[:, None])  # (Q, K)
+    tiles = tiles.tril() if causal else tiles  # above the diagonal tile, only later keys
+    listed = torch.argsort((~tiles).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+
+    def mask_mod(batch, head, q, k):
+        same = q_sentence[q] == k_sentence[k]
+        return same & (k <= q) if causal else same
+
+    return BlockMask.from_kv_blocks(
+        tiles.sum(-1, dtype=torch.int32)[None, None],  # (1, 1, Q): key tiles per query tile
+        listed[None, None],  # (1, 1, Q, K): those key tiles first
+        BLOCK_SIZE=block,
+        mask_mod=mask_mod,
+        seq_lengths=(q_sentence.numel(), k_sentence.numel()),
+    )
+
+
+def _pack_side(tokens: Tensor, length: int, pad_id: int) -> tuple:
+    """The tokens of (B, W) ``tokens`` but padding, row after row, then filler up to ``length``:
+    the row (1, length), each token's sentence (length,) int32 and position (1, length)."""
+    rows, width, real = *tokens.shape, tokens != pad_id
+    sentence = torch.arange(rows, device=tokens.device)[:, None].expand(rows, width)[real]
+    position = torch.arange(width, device=tokens.device).expand(rows, width)[real]
+    fill = length - sentence.numel()
+    return (
+        F.pad(tokens[real], (0, fill), value=pad_id)[None],
+        F.pad(sentence, (0, fill), value=rows).to(torch.int32),  # the filler: sentence B
+        F.pad(position, (0, fill))[None],  # the filler at position 0, within any max_len
+    )
+
+
+def pack_batch(
+    batch,
+    pad_id: int,
+    packing: str = "masks",
+    length_bucket: int | None = None,
+    max_len: int | None = None,
+    block: int = FLEX_BLOCK,
+) -> PackedBatch:
+    """A padded ``Batch`` as a :class:`PackedBatch` on its device, its masks those of
+    ``packing`` (PACKINGS). Each row holds the real tokens of its side; with a ``length_bucket``
+    both rows take one length, the multiple of it that leaves at least one token of filler in
+    each (the filler is one more sentence, so its tokens have keys of their own). ``max_len``,
+    the model's, refuses a sentence longer than its positions."""
+    if max_len is not None and max(batch.src.shape[1], batch.tgt_in.shape[1]) > max_len:
+        raise ConfigError(f"a batch is wider than the model's max_len {max_len}: drop long pairs")
+    real = [(batch.src != pad_id).sum(), (batch.tgt_out != pad_id).sum()]
+    src_length, tgt_length = torch.stack(real).tolist()  # one device sync
+    if length_bucket is not None:
+        src_length = tgt_length = (max(src_length, tgt_length) // length_bucket + 1) * length_bucket
+    src, src_sentence, src_positions = _pack_side(batch.src, src_length, pad_id)
+    tgt_in, tgt_sentence, tgt_positions = _pack_side(batch.tgt_in, tgt_length, pad_id)
+    tgt_out = _pack_side(batch.tgt_out, tgt_length, pad_id)[0]  # padding where tgt_in has it
+    mask = partial(sentence_block_mask, block=block) if packing == "flex" else sentence_mask
+    source = PackedMask(mask(src_sentence, src_sentence, False), src_positions)
+    memory = mask(tgt_sentence, src_sentence, False)
+    target = PackedMask(mask(tgt_sentence, tgt_sentence, True), tgt_positions, memory)
+    return PackedBatch(src, tgt_in, tgt_out, source, target)
+
+
+class PackedTransformer(nn.Module):
+    """A :class:`~transformer_lib.model.Transformer` over packed rows, called like the model:
+    ``forward(src (1, S), tgt (1, T), src_mask, tgt_mask)`` with a :class:`PackedBatch`'s fields
+    -> logits (1, T, V). Its parameters are the model's."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: PackedMask, tgt_mask: PackedMask):
+        memory = self.model.encoder(src, src_mask.attention, src_mask.positions)  # (1, S, d)
+        states = self.model.decoder(
+            tgt, memory, tgt_mask.memory, tgt_mask.attention, positions=tgt_mask.positions
+        )
+        return self.model.generator(states)  # (1, T, V)
+
+
+def check_fast_paths(config: TrainingConfig, model: nn.Module, device: torch.device) -> None:
+    """Refuse a ``packing`` or ``length_bucket`` that cannot run here, saying why (before a file
+    is written)."""
+    if config.packing not in (None, *PACKINGS):
+        raise ConfigError(f"packing={config.packing!r}: choose None (padded) or one of {PACKINGS}")
+    if config.length_bucket is not None and (config.packing is None or config.length_bucket < 1):
+        raise ConfigError("length_bucket rounds packed rows: set packing, and at least one token")
+    if config.packing is not None and not isinstance(model, Transformer):
+        raise ConfigError(f"packing runs the library's Transformer, not a {type(model).__name__}")
+    if config.packing == "flex" and (config.compile is None or device.type != "cuda"):
+        raise ConfigError(
+            "packing='flex' trains compiled and on CUDA only (uncompiled, flex_attention "
+            "computes every score; on a CPU it has no backward): set compile, or packing='masks'"
+        )
+
+
+def compile_limit(config: TrainingConfig):
+    """A context in which torch.compile may keep a graph for each length bucket: with them,
+    ``train`` compiles a graph per shape (``dynamic=False``), without them one graph for every
+    shape. (torch.compile keeps 8 graphs a function by default, then runs it uncompiled.)"""
+    if config.compile is None or config.length_bucket is None:
+        return nullcontext()
+    limit = max(torch._dynamo.config.recompile_limit, config.max_tokens // config.length_bucket)
+    return torch._dynamo.config.patch(recompile_limit=limit + 2)
 
 
 # %% book/distributed.md:180 (cell 9)
@@ -671,17 +855,6 @@ def distributed_update_step(
 
 
 __all__ = [
-    "smoothed_targets",
-    "label_smoothed_loss",
     "TrainingConfig",
-    "RESUMABLE_CHANGES",
-    "backward_batch",
-    "finish_update",
-    "update_step",
-    "evaluate_loss",
-    "resumable_changes",
-    "COMPILE_MODES",
-    "compile_mode",
     "train",
-    "distributed_update_step",
 ]

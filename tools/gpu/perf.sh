@@ -26,8 +26,22 @@
 #                                                   eager against torch.compile and against
 #                                                   other attention kernels, 300 updates each;
 #                                                   compiling cold took 208 s on an H200)
+#   9. bash tools/gpu/perf.sh fast_paths           (two runs, each stopped before 9 minutes, not
+#                                                   timed yet: the training loop's fast paths at
+#                                                   the base size in bf16, beside our eager step
+#                                                   and nn.Transformer eager. fast-packing: packed
+#                                                   batches (flex_attention) against padded ones,
+#                                                   both compiled for any shape; fast-buckets:
+#                                                   packed rows in buckets of 1,024 tokens, a
+#                                                   graph per bucket with CUDA graphs, fused Adam.
+#                                                   Fused Adam alone is timed in both. Should
+#                                                   fast-buckets run out of time compiling, set
+#                                                   LENGTH_BUCKET=2048: fewer buckets, more filler)
 # Each step stops itself before 10 minutes; a step that overran leaves its log under $OUT/logs
 # but no JSON.
+# DRY_RUN=1 bash tools/gpu/perf.sh fast_paths checks that step on the CPU (any GPU hidden) in a
+# few minutes: the small model, random batches, one round, compiled by aot_eager (PyTorch's own
+# kernels: the plumbing, not the speed), its JSON under $OUT/results/perf-dry-run.
 # The manifests name the commit of the code: from git in a checkout, otherwise from
 # TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
 #   TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/perf.sh train_step
@@ -43,13 +57,23 @@ export PYTHONUNBUFFERED=1  # the logs keep what a step printed even when its tim
 # After an out-of-memory probe, freed blocks are reused instead of fragmenting the next probe.
 export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
 PYTHON="${PYTHON:-python3}"
+DRY_RUN="${DRY_RUN:-0}"
+if [ "$DRY_RUN" = 1 ]; then
+    export CUDA_VISIBLE_DEVICES=""  # the CPU runs the step even where there is a GPU
+    LENGTH_BUCKET="${LENGTH_BUCKET:-16}"  # the random batches' rows are a few dozen tokens
+fi
+LENGTH_BUCKET="${LENGTH_BUCKET:-1024}"
 source "$(dirname "$0")/environment.sh"  # the pinned tokenizers and sacrebleu, or a stop
 
 if [ "$#" -eq 0 ]; then
-    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding profile graphs resume loop)" >&2
+    echo "usage: bash tools/gpu/perf.sh STEP... (check train_step compile scaling attention decoding profile graphs resume loop fast_paths)" >&2
     exit 2
 fi
-if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
+if [ "$DRY_RUN" = 1 ] && [ "$*" != fast_paths ]; then
+    echo "DRY_RUN=1 checks the fast_paths step alone: bash tools/gpu/perf.sh fast_paths" >&2
+    exit 2
+fi
+if [ "$DRY_RUN" != 1 ] && [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
     echo "no Multi30k in $TRANSFORMER_LIB_DATA: copy it to data/multi30k (see the top of this file)" >&2
     exit 2
 fi
@@ -58,12 +82,22 @@ if [ ! -e .git ] && [ -z "${TRANSFORMER_LIB_COMMIT:-}" ]; then
     exit 2
 fi
 
-slug=$("$PYTHON" -c 'import sys, torch; sys.path.insert(0, "benchmarks"); import common
+if [ "$DRY_RUN" = 1 ]; then
+    results="$OUT/results/perf-dry-run"
+    # The base size's switches, shrunk to the small model on random batches.
+    fast=(--device cpu --size small --data random --max-tokens 64 --batches 2 --rounds 1
+          --compile-backend aot_eager)
+else
+    slug=$("$PYTHON" -c 'import sys, torch; sys.path.insert(0, "benchmarks"); import common
 print(common.device_slug(torch.device("cuda")))')
-results="$OUT/results/perf-$slug"
+    results="$OUT/results/perf-$slug"
+    fast=(--device cuda --size base)
+fi
 mkdir -p "$results" "$OUT/logs"
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv \
-    > "$OUT/logs/nvidia-smi.csv" || true
+if [ "$DRY_RUN" != 1 ]; then
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv \
+        > "$OUT/logs/nvidia-smi.csv" || true
+fi
 
 # Each step runs under its own limit, below 10 minutes, so that one step that overruns does not
 # take the results of the others with it.
@@ -112,13 +146,20 @@ for name in "$@"; do
             step loop 540 benchmarks/train_loop.py --device cuda --size full --updates 300 \
                 --out "$results"
             ;;
+        fast_paths)  # packing, length buckets and fused Adam, each beside nn.Transformer eager
+            step fast-packing 530 benchmarks/train_step.py "${fast[@]}" --fast-paths packing \
+                --no-memory --name train_step_fast_packing --out "$results"
+            step fast-buckets 530 benchmarks/train_step.py "${fast[@]}" --fast-paths buckets \
+                --length-bucket "$LENGTH_BUCKET" --no-memory --name train_step_fast_buckets \
+                --out "$results"
+            ;;
         resume)  # exact resumption of the ci profile's recipe, as it trains and deterministic
             step resume 240 benchmarks/resume.py --device cuda --size ci --out "$results"
             step resume-deterministic 240 benchmarks/resume.py --device cuda --size ci \
                 --deterministic --out "$results"
             ;;
         *)
-            echo "unknown step $name: choose among check train_step compile scaling attention decoding profile graphs resume loop" >&2
+            echo "unknown step $name: choose among check train_step compile scaling attention decoding profile graphs resume loop fast_paths" >&2
             exit 2
             ;;
     esac
