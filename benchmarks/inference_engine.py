@@ -31,7 +31,12 @@ and the earlier decoding goals (cached against re-running at 40 steps, ``decodin
 
 Record it on a quiet machine, with the shipped German-English model (about 10 minutes):
 ``python benchmarks/inference_engine.py --model multi30k-de-en-laptop --threads 2``, which writes
-``results/inference-engine/ctranslate2.json``. A quick check on the ``ci`` model of the chapters:
+``results/inference-engine/ctranslate2.json`` and, beside it, the translations each BLEU is of
+(``ctranslate2.hyp/<search>.<candidate>.txt``, one file for candidates that wrote the same lines;
+the JSON's ``translations`` names each candidate's file). A record without its translations gets
+them, timing nothing, from ``--translations-only``: every candidate translates the test set once
+more with the record's searches and batch sizes, and the files are written, and named in the
+record with this command in its manifest, only if each reproduces its recorded BLEU exactly. A quick check on the ``ci`` model of the chapters:
 ``python benchmarks/inference_engine.py --ci --sentences 200 --rounds 1 --no-save``.
 """
 
@@ -39,6 +44,7 @@ import argparse
 import gc
 import json
 import multiprocessing
+import re
 import statistics
 import subprocess
 import sys
@@ -70,6 +76,7 @@ from transformer_lib.evaluation import average_checkpoints, corpus_scores
 from transformer_lib.marian import require_transformers, save_huggingface
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.pretrained import load_pretrained, model_folder, sha256
+from transformer_lib.provenance import write_text_atomically
 from transformer_lib.recipe import cached_run
 from transformer_lib.tokenizer import VOCAB_SIZE, BPETokenizer
 
@@ -432,7 +439,8 @@ def cached_against_rerunning(steps: int = 40) -> dict:
     return {"steps": steps, "seconds": seconds, "ratios": found}
 
 
-def measure(args: argparse.Namespace) -> dict:
+def measure(args: argparse.Namespace) -> tuple[dict, dict]:
+    """Every figure of the run, and each candidate's translations by search (the last round's)."""
     model, tokenizer, about = load(args)
     pairs = load_multi30k(args.split, about["src"], about["tgt"])[: args.sentences or None]
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
@@ -451,12 +459,12 @@ def measure(args: argparse.Namespace) -> dict:
     results["ctranslate2"] = require_ctranslate2().__version__
     results["transformers"] = require_transformers().__version__
     results["search_settings"] = {k: vars(s) for k, s in searches(model).items()}
-    results["searches"] = {}
+    results["searches"], translations = {}, {}
     with torch.inference_mode():
         for label, search in searches(model).items():
             print(f"-- {label}: {len(sources)} sentences, {args.rounds} rounds in turns")
             clock = time.process_time if args.clock == "cpu" else time.perf_counter
-            outputs = {}
+            outputs = translations[label] = {}
             found = measure_search(
                 candidates, sources, references, search, args.rounds, args.batch_sizes,
                 calibration_length(len(sources), args.batch_sizes), clock, outputs,
@@ -483,7 +491,33 @@ def measure(args: argparse.Namespace) -> dict:
     if not args.no_goals:
         print("-- cached against re-running decoding, the decoding benchmark's goals")
         results["cached_vs_rerun"] = cached_against_rerunning()
-    return results
+    return results, translations
+
+
+def slug(name: str) -> str:
+    """A search's or a candidate's name as part of a file name: ``beam 4`` -> ``beam_4``."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def write_translations(folder: Path, name: str, translations: dict) -> dict:
+    """Write each search's translations under ``folder/<name>.hyp/``, one a line in the order of
+    the test set, one file for the candidates that wrote the same lines (our decoders all write
+    one search's), and remove the files of an earlier run there. Returns search -> candidate ->
+    file, relative to ``folder``, for the JSON, so that every BLEU it records can be recomputed."""
+    files, texts = {}, {}
+    for label, found in translations.items():
+        written = {}  # a text -> its file, the first candidate that wrote it naming it
+        for candidate, lines in found.items():
+            text = "".join(line + "\n" for line in lines)
+            written.setdefault(text, f"{name}.hyp/{slug(label)}.{slug(candidate)}.txt")
+            files.setdefault(label, {})[candidate] = written[text]
+        texts.update({path: text for text, path in written.items()})
+    for path, text in texts.items():
+        write_text_atomically(folder / path, text)
+    for stale in (folder / f"{name}.hyp").glob("*.txt"):
+        if str(stale.relative_to(folder)) not in texts:
+            stale.unlink()
+    return files
 
 
 def against_committed(args, about: dict, search: SearchConfig, translations: list[str]) -> dict:
@@ -561,6 +595,46 @@ def report(results: dict) -> list[dict]:
     return lines
 
 
+def translations_only(args: argparse.Namespace, device: torch.device) -> int:
+    """Translate again as the recorded run did (``<out>/<name>.json``: its model, searches,
+    batch sizes and threads), time nothing, and only if every candidate's BLEU is the recorded
+    one write the translations and name them in the record (``translations``, and the command
+    in its manifest's ``translations``); 1 and nothing written otherwise."""
+    path = args.out / f"{args.name}.json"
+    saved = json.loads(path.read_text())
+    recorded, args.threads = saved["results"], saved["manifest"]["threads"]
+    torch.set_num_threads(args.threads)  # the record's, for our decoders as for the engine
+    model, tokenizer, about = load(args)
+    if (about["model"], about.get("model_sha256")) != (recorded["model"], recorded["model_sha256"]):
+        print(f"{path} measured another model than {args.model}", file=sys.stderr)
+        return 1
+    pairs = load_multi30k(recorded["split"], about["src"], about["tgt"])[: recorded["sentences"]]
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    own = recorded["ctranslate2_process"] == "its own"
+    apart = {name: EngineProcess(args, name) for name in (PEER, INT8)} if own else None
+    candidates, translations, problems = engines(model, tokenizer, args.threads, apart), {}, []
+    with torch.inference_mode():
+        for label, found in recorded["searches"].items():
+            search = SearchConfig(**recorded["search_settings"][label])
+            for name, row in found.items():
+                lines = candidates[name](sources, with_batch_size(search, row["batch_size"]))
+                translations.setdefault(label, {})[name] = lines
+                bleu = corpus_scores(lines, references)["bleu"]
+                print(f"{label}, {name}: BLEU {bleu} (recorded {row['bleu']})")
+                if abs(bleu - row["bleu"]) > 1e-9:
+                    problems.append(f"{label}, {name}: BLEU {bleu}, recorded {row['bleu']}")
+    for process in (apart or {}).values():
+        process.close()
+    if problems:
+        print(f"{path} is not reproduced; nothing written:", *problems, sep="\n  ", file=sys.stderr)
+        return 1
+    recorded["translations"] = write_translations(args.out, args.name, translations)
+    saved["manifest"]["translations"] = common.manifest(device)  # this command, not the race's
+    write_text_atomically(path, json.dumps(saved, indent=1) + "\n")
+    print(f"every BLEU of {path} reproduced; the translations in {args.out / args.name}.hyp")
+    return 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     which = parser.add_mutually_exclusive_group()
@@ -585,6 +659,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=common.ROOT / "results" / "inference-engine")
     parser.add_argument("--name", default="ctranslate2", help="the JSON file's name")
     parser.add_argument("--no-save", action="store_true", help="print only, write no file")
+    parser.add_argument(
+        "--translations-only",
+        action="store_true",
+        help="only the translations of the recorded run, written if they reproduce its BLEU",
+    )
     parser.add_argument("--memory-of", help=argparse.SUPPRESS)
     parser.add_argument("--memory-batch", type=int, default=64, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -600,11 +679,15 @@ def main() -> None:
     if args.memory_of:
         memory_child(args)
         return
+    if args.translations_only:
+        sys.exit(translations_only(args, device))
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads on {common.device_name(device)}"
     )
-    results = measure(args)
+    results, translations = measure(args)
     results["comparisons"] = report(results)
+    if not args.no_save:  # the translations beside the JSON, which names them
+        results["translations"] = write_translations(args.out, args.name, translations)
     common.save(args, device, "ctranslate2", results)
 
 

@@ -2,27 +2,34 @@
 against our model, and the benchmark scripts' plumbing (switches, JSON, manifest). No timing is
 asserted anywhere: timings are what the benchmarks report, not what tests check."""
 
+import dataclasses
+import gzip
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
-from helpers import assert_close
+from helpers import assert_close, require_multi30k
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lib.book.performance import PEAKS, forward_flops, peak_for, training_flops
 from transformer_lib.book.recurrent import RecurrentConfig, RecurrentTranslator
+from transformer_lib.data import multi30k_file
 from transformer_lib.decoding import OneDNNDecoder
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import PAD_ID
+from transformer_lib.training import pack_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their siblings by name
 import common  # noqa: E402
 import eager_limits  # noqa: E402
+import inference_engine  # noqa: E402
 import peers  # noqa: E402
 import profile_step  # noqa: E402
 import resume  # noqa: E402
@@ -299,6 +306,46 @@ def test_cuda_graphs_are_timed_against_the_compiled_model():
     assert any(not torch.equal(b, p) for b, p in zip(before, ours.parameters(), strict=True))
 
 
+def test_the_fast_paths_are_timed_against_the_steps_without_them():
+    """``--fast-paths``: packing against padded batches, both compiled for any shape; every
+    fast path at once (packed rows in buckets, a graph a bucket, fused Adam) against ours; a step
+    of each trains on a CPU (compiling is lazy: aot_eager compiles on the first step only)."""
+    config, ours, _, _ = small_models()
+    batches = train_step.random_batches(config, 64, 2)[0]
+    cpu = torch.device("cpu")
+    packing, packing_tricks = train_step.fast_candidates(ours, batches, cpu, "packing", 16)
+    assert [(w, wo) for _, w, wo in packing_tricks] == [
+        ("ours, torch.compile (any shape)", "ours"),
+        ("ours, packed, torch.compile", "ours, torch.compile (any shape)"),
+    ]
+    assert packing["ours, packed, torch.compile"].packing == "masks"  # no flex backward on a CPU
+    every, tricks = train_step.fast_candidates(ours, batches, cpu, "buckets", 16, "aot_eager")
+    ((name, candidate),) = every.items()
+    assert tricks == [("every fast path, compiled", name, "ours")]
+    assert (candidate.adam, candidate.length_bucket, candidate.graphs) == ("fused", 16, False)
+    before = [p.detach().clone() for p in candidate.model.parameters()]
+    candidate.step_function(cpu, config.d_model)()
+    assert any(
+        not torch.equal(b, p) for b, p in zip(before, candidate.model.parameters(), strict=True)
+    )
+
+
+def test_a_packed_step_that_computes_another_function_stops_the_benchmark(monkeypatch):
+    _, ours, _, batch = small_models()
+    cpu = torch.device("cpu")
+    assert train_step.check_packed_function(ours, batch, cpu) < 1e-4
+
+    def leaky(*arguments, **options):  # every source token sees the other sentences too
+        packed = pack_batch(*arguments, **options)
+        everywhere = torch.ones_like(packed.src_mask.attention)
+        source = dataclasses.replace(packed.src_mask, attention=everywhere)
+        return dataclasses.replace(packed, src_mask=source)
+
+    monkeypatch.setattr(train_step, "pack_batch", leaky)
+    with pytest.raises(AssertionError, match="packed rows differ"):
+        train_step.check_packed_function(ours, batch, cpu)
+
+
 @pytest.mark.parametrize("threshold", [0, 5000, 8192, 100_000, 3_000_000, 10**9])
 def test_search_for_the_largest_budget(threshold):
     """The search the GPU run uses to find the largest token budget that fits in memory."""
@@ -380,6 +427,11 @@ def test_a_benchmark_writes_its_result_with_a_manifest(tmp_path):
         (["--threads", "0"], "--threads"),
         (["--size", "huge"], "invalid choice"),
         (["--batches", "0", "--data", "random"], "--batches"),
+        (["--length-bucket", "0", "--data", "random"], "--length-bucket"),
+        (
+            ["--fast-paths", "packing", "--compile", "yes", "--data", "random"],
+            "leave out --compile",
+        ),
     ],
 )
 def test_bad_switches_end_with_status_2(arguments, message):
@@ -438,3 +490,80 @@ def test_the_loop_benchmark_compares_each_candidate_with_eager():
 def test_the_loop_benchmark_refuses_bad_switches(arguments, message):
     done = run_script("benchmarks/train_loop.py", "--no-save", "--size", "ci", *arguments)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+# --- benchmarks/inference_engine.py: the translations behind each BLEU it records.
+
+
+def test_the_engine_benchmark_writes_each_distinct_translation_once(tmp_path):
+    translations = {
+        "beam 4": {"ours": ["a", "b"], "ours, oneDNN": ["a", "b"], "CTranslate2 int8": ["a", "c"]},
+        "greedy": {"ours": ["a", "b"]},
+    }
+    (tmp_path / "run.hyp").mkdir()
+    (tmp_path / "run.hyp" / "beam_4.earlier.txt").write_text("x\n")  # an earlier run's
+    files = inference_engine.write_translations(tmp_path, "run", translations)
+    assert files == {
+        "beam 4": {
+            "ours": "run.hyp/beam_4.ours.txt",
+            "ours, oneDNN": "run.hyp/beam_4.ours.txt",  # the same lines: one file
+            "CTranslate2 int8": "run.hyp/beam_4.ctranslate2_int8.txt",
+        },
+        "greedy": {"ours": "run.hyp/greedy.ours.txt"},
+    }
+    for label, found in translations.items():
+        for candidate, lines in found.items():
+            assert (tmp_path / files[label][candidate]).read_text().splitlines() == lines
+    assert sorted(p.name for p in (tmp_path / "run.hyp").iterdir()) == [
+        "beam_4.ctranslate2_int8.txt",
+        "beam_4.ours.txt",
+        "greedy.ours.txt",
+    ]
+
+
+def engine_bleu_problems(path: Path) -> list[str]:
+    """Where a record of benchmarks/inference_engine.py differs from sacreBLEU recomputed from the
+    translations it names beside it (a record without them names none)."""
+    results, problems = json.loads(path.read_text())["results"], []
+    if "translations" not in results:
+        return problems
+    with gzip.open(multi30k_file(results["split"], results["tgt"]), "rt", encoding="utf-8") as f:
+        references = f.read().splitlines()[: results["sentences"]]
+    for label, files in results.get("translations", {}).items():
+        for candidate, file in files.items():
+            lines = (path.parent / file).read_text(encoding="utf-8").splitlines()
+            score = sacrebleu.BLEU().corpus_score(lines, [references]).score
+            recorded = results["searches"][label][candidate]["bleu"]
+            if len(lines) != len(references) or abs(score - recorded) > 1e-9:
+                problems.append(f"{label}, {candidate}: BLEU {recorded}, sacreBLEU {score}")
+    return problems
+
+
+ENGINE_RECORDS = sorted((ROOT / "results").glob("inference-engine/*.json"))
+
+
+def test_every_engine_score_with_translations_is_recomputed_from_them(tmp_path):
+    """Each record that names its translations agrees with sacreBLEU; and the check catches a
+    changed line, on a record made here from the test set's own references."""
+    require_multi30k()
+    for path in ENGINE_RECORDS:
+        assert engine_bleu_problems(path) == [], path.name
+    with gzip.open(multi30k_file("test_2016_flickr", "en"), "rt", encoding="utf-8") as f:
+        references = f.read().splitlines()[:20]
+    hypotheses = {
+        "greedy": {"ours": references[1:] + references[:1], "CTranslate2 int8": references}
+    }
+    files = inference_engine.write_translations(tmp_path, "run", hypotheses)
+    searches = {
+        "greedy": {
+            name: {"bleu": sacrebleu.BLEU().corpus_score(lines, [references]).score}
+            for name, lines in hypotheses["greedy"].items()
+        }
+    }
+    results = {"split": "test_2016_flickr", "tgt": "en", "sentences": 20, "searches": searches}
+    record = tmp_path / "run.json"
+    record.write_text(json.dumps({"results": {**results, "translations": files}}))
+    assert engine_bleu_problems(record) == []
+    changed = tmp_path / files["greedy"]["ours"]
+    shutil.copy(tmp_path / files["greedy"]["CTranslate2 int8"], changed)
+    assert [p.split(":")[0] for p in engine_bleu_problems(record)] == ["greedy, ours"]

@@ -209,7 +209,7 @@ def test_the_paired_bleu_interval_is_that_of_sacrebleus_resamples():
     import numpy as np
     import sacrebleu
 
-    from transformer_lib.book.report import paired_bleu
+    from transformer_lib.book.significance import paired_bleu
 
     words = "a dog runs on the grass near two children with a red ball in the park".split()
     rng = np.random.default_rng(0)

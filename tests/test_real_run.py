@@ -323,7 +323,7 @@ def bleu_problems(folder: Path, name: str = "bleu.json") -> list[str]:
     return problems
 
 
-# Every test score under results/, but the translator page's (tests/test_export.py) and those
+# Every test score under results/, but the translator page's (tests/test_translator_scores.py) and those
 # written with their translations as one tab-separated file (at-paper-alpha, tested below).
 SCORES = sorted(
     p

@@ -67,10 +67,11 @@ LAYERS = [
     ["book.jupyter"],  # what differs between the book's build and a reader's Jupyter
     # the recurrent baseline; the pictures, tables and corpus measurements of Part I; Figures 1
     # and 2 drawn from the model's modules; copies into PyTorch's modules; sentence lengths;
-    # the decoding chapter's timings and toy runs; the translator page's models
+    # the decoding chapter's timings and toy runs; the paired test of two systems' BLEU; the
+    # translator page's models
     ["book.charts", "book.corpus", "book.diagrams", "book.explorers", "book.lengths"]
     + ["book.recurrent", "book.references", "book.tables", "book.timing", "book.toy_runs"]
-    + ["book.translator_page"],
+    + ["book.significance", "book.translator_page"],
     # FLOPs (of both kinds of model); Table 3's variants; the translator page's inside and the
     # anatomy of a training run, drawn with the diagrams' tools
     ["book.anatomy", "book.performance", "book.translator_internals", "book.variations"],

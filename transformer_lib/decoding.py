@@ -523,7 +523,7 @@ def translate(
     return results
 
 
-# %% book/inference_engine.md:930 (cell 31)
+# %% book/inference_engine.md:948 (cell 31)
 from torch import Tensor
 
 from transformer_lib import onednn

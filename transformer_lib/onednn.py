@@ -97,7 +97,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:1008 (cell 34)
+# %% book/inference_engine.md:1026 (cell 34)
 import weakref
 
 
@@ -211,7 +211,7 @@ def encode_in_groups(
     return memory
 
 
-# %% book/inference_engine.md:1137 (cell 36)
+# %% book/inference_engine.md:1155 (cell 36)
 from dataclasses import dataclass
 from functools import partial
 

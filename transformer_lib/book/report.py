@@ -328,9 +328,6 @@ def read_report(folder: Path) -> dict:
 
 
 # %% book/profiles.md:97 (cell 3)
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 # The book's targets: the cased BLEU on test_2016_flickr that each profile's run set out to reach,
 # by (profile, source, target language); the chapter "The real run" sets them beside the anchors.
 TARGETS = {
@@ -373,63 +370,8 @@ def seed_spread(runs: dict[int, dict], split: str = "test_2016_flickr") -> dict[
             "max": max(scores)}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class PairedBleu:
-    """Two systems' BLEU on the same sentences, with sacreBLEU's paired bootstrap test (Koehn,
-    "Statistical Significance Tests for Machine Translation Evaluation", EMNLP 2004)."""
-
-    baseline: float  # corpus BLEU of each system
-    system: float
-    low: float  # the 95% interval of system − baseline over the resamples (2.5th to 97.5th)
-    high: float
-    p_value: float  # sacreBLEU's: how often resampling alone makes a difference this large
-    resamples: int
-
-    @property
-    def difference(self) -> float:
-        return self.system - self.baseline
-
-
-def paired_bleu(
-    baseline: Sequence[str], system: Sequence[str], references: Sequence[str], resamples=1000
-) -> PairedBleu:
-    """``system`` against ``baseline`` (translations of the same sentences) by sacreBLEU's paired
-    bootstrap test (``sacrebleu.significance.PairedTest``), with the interval of the difference
-    from the same resamples: sacreBLEU draws them with NumPy's generator seeded by
-    ``$SACREBLEU_SEED`` (12345 unless set), and so does this function, which checks that its
-    p-value from them is sacreBLEU's."""
-    import numpy as np
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    named = [("baseline", list(baseline)), ("system", list(system))]
-    metric = BLEU(references=[list(references)])
-    test = PairedTest(named, {"BLEU": metric}, None, test_type="bs", n_samples=resamples)
-    result = test()[1]["BLEU"][1]
-    stats = [np.array(metric._extract_corpus_statistics(h, None), "float32") for _, h in named]
-    draws = np.random.default_rng(test._seed).choice(len(system), (resamples, len(system)))
-    scores = [[metric._compute_score_from_stats(s[d].sum(0)).score for d in draws] for s in stats]
-    differences = np.sort(np.array(scores[1]) - np.array(scores[0]))
-    # sacreBLEU's p-value: how often a resample's |difference| exceeds its mean by more than the
-    # real one; equal only if these are its resamples.
-    spread = np.abs(differences) - np.abs(differences).mean()
-    baseline_score = metric.corpus_score(list(baseline), None).score
-    real = abs(result.score - baseline_score)
-    p_value = (np.sum(spread > real).item() + 1) / (resamples + 1)
-    if test._seed is not None and p_value != result.p_value:
-        raise ReportError(f"paired_bleu: p = {p_value}, sacreBLEU's {result.p_value}")
-    cut = resamples // 40  # the 2.5% at each end, as sacrebleu.significance.estimate_ci cuts
-    low, high = float(differences[cut]), float(differences[-cut - 1])
-    return PairedBleu(baseline_score, result.score, low, high, result.p_value, resamples)
-
-
-def read_translations(path: str | Path, split: str = "test_2016_flickr") -> list[str]:
-    """A record's translations of ``split``: a report's ``hyp.<split>.<tgt>.txt`` (``path`` names
-    it), or a ``.hyp.tsv`` of split, tab and translation (``tools/score_at_alpha.py``)."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    if Path(path).suffix != ".tsv":
-        return lines
-    return [line.partition("\t")[2] for line in lines if line.startswith(split + "\t")]
+# %% book/profiles.md:220 (cell 6)
+from transformer_lib.book.significance import paired_bleu, read_translations
 
 
 def recorded_comparisons(results: Path, split: str = "test_2016_flickr") -> dict:
@@ -488,9 +430,6 @@ __all__ = [
     "TARGETS",
     "seed_reports",
     "seed_spread",
-    "PairedBleu",
-    "paired_bleu",
-    "read_translations",
     "recorded_comparisons",
     "comparison_lines",
 ]

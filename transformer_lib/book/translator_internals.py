@@ -194,7 +194,13 @@ def page_cross_attention(graphs, src_ids: list[int], fed: list[int]) -> np.ndarr
     return np.stack(rows)
 
 
-# %% book/translator.md:706 (cell 26)
+# %% book/translator.md:707 (cell 26)
+import json
+
+from transformer_lib.book.significance import PairedBleu, paired_bleu, read_translations
+from transformer_lib.data import load_multi30k
+
+
 def measured_models(outdated: dict[str, list[str]]) -> str:
     """What the recorded measurements were made on, in this chapter's words, given each model's
     changed inputs (:func:`~transformer_lib.book.translator_page.outdated_measurements`)."""
@@ -205,6 +211,26 @@ def measured_models(outdated: dict[str, list[str]]) -> str:
         f"graphs of earlier versions of these models (changed since: {'; '.join(changed)}; "
         "run tools/translator_report.py again)"
     )
+
+
+def eight_bit_against_pytorch(recorded: Path) -> dict[tuple[str, str], PairedBleu]:
+    """The 8-bit graphs against PyTorch in a record of ``tools/translator_report.py`` (the folder
+    ``recorded``), by model and search (``"greedy"``, ``"beam 4"``): sacreBLEU's paired bootstrap
+    test (:func:`~transformer_lib.book.report.paired_bleu`) on the translations the record keeps,
+    which its manifest's ``translations`` names; empty for a record without them."""
+    manifest = json.loads((recorded / "manifest.json").read_text())
+    stored, found = manifest.get("translations", {}), {}
+    for name, files in stored.get("files", {}).items():
+        model = manifest["models"][name]
+        pairs = load_multi30k(stored["split"], model["src"], model["tgt"])
+        for search in ("greedy", "beam 4"):
+            pytorch, eight_bit = (
+                read_translations(recorded / files[f"{runtime}, {search}"])
+                for runtime in ("pytorch", "onnxruntime 8bit")
+            )
+            references = [target for _, target in pairs[: len(pytorch)]]
+            found[name, search] = paired_bleu(pytorch, eight_bit, references)
+    return found
 
 
 __all__ = [
@@ -219,4 +245,5 @@ __all__ = [
     "byte_values",
     "page_cross_attention",
     "measured_models",
+    "eight_bit_against_pytorch",
 ]
