@@ -209,7 +209,7 @@ def search_table(rungs: list[dict], candidates: dict):
     return markdown(lines)
 
 
-# %% book/figures.md:1787 (cell 44)
+# %% book/figures.md:1788 (cell 44)
 import ast
 from pathlib import Path
 
@@ -232,14 +232,17 @@ def is_a_test(test: str, root: Path) -> bool:
     return names[-1].startswith("test_")
 
 
-def failure_table(rows: Sequence[tuple[str, str, str]], root: Path):
-    """Rows of (what goes wrong, what then happens, the test that shows it) as a Markdown
-    table; refuses a row whose test is not one of the repository at ``root``."""
+def failure_table(rows: Sequence[tuple[str, str, str, str]], root: Path):
+    """Rows of (what goes wrong, what you see, what to do, the test that shows it) as a
+    Markdown table; refuses a row of another number of cells, and a row whose test is not one
+    of the repository at ``root``."""
+    if any(len(row) != 4 for row in rows):
+        raise ValueError("a row has four cells: what goes wrong, what you see, what to do, a test")
     missing = [test for *_, test in rows if not is_a_test(test, root)]
     if missing:
         raise ValueError(f"no such test in {root / 'tests'}: {', '.join(missing)}")
-    lines = ["| what goes wrong | what happens | shown by |", "|---|---|---|"]
-    lines += [f"| {wrong} | {happens} | `{test}` |" for wrong, happens, test in rows]
+    lines = ["| what goes wrong | what you see | what to do | the test |", "|---|---|---|---|"]
+    lines += [f"| {wrong} | {see} | {do} | `{test}` |" for wrong, see, do, test in rows]
     return markdown(lines)
 
 
