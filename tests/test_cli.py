@@ -86,7 +86,9 @@ def test_average_writes_the_mean(tmp_path):
 def test_average_of_a_missing_checkpoint_is_one_line_and_status_2(tmp_path):
     result = run("average", "--out", str(tmp_path / "avg.pt"), str(tmp_path / "none.pt"))
     assert result.returncode == 2
-    assert result.stderr.strip() == f"error: no checkpoint at {tmp_path / 'none.pt'}"
+    assert result.stderr.strip() == (
+        f"error: no checkpoint at {tmp_path / 'none.pt'}: check the path, or train the run first"
+    )
     assert not (tmp_path / "avg.pt").exists()
 
 

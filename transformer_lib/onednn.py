@@ -92,7 +92,8 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     if torch.device(device).type != "cpu":  # a CPU profile asked for on a GPU: the user's choice
         raise OneDNNError(
             f"products='onednn' on {device}: oneDNN computes a CPU's products; train on the CPU "
-            "(--device cpu), or with a profile for a GPU (products None, such as 'full')"
+            "(device='cpu' from Python; at the command line, hide the GPU with "
+            "CUDA_VISIBLE_DEVICES=), or with a profile for a GPU (products None, such as 'full')"
         )
     return OneDNNProducts()
 
