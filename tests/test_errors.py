@@ -9,6 +9,7 @@ from transformer_lib import (
     BPETokenizer,
     MultiHeadAttention,
     SearchConfig,
+    TrainingConfig,
     Transformer,
     TransformerConfig,
     average_checkpoints,
@@ -22,6 +23,7 @@ from transformer_lib.checkpoints import CheckpointError
 from transformer_lib.data import DataNotFoundError, read_lines
 from transformer_lib.errors import ConfigError, MissingFileError, TransformerLibError
 from transformer_lib.pretrained import ModelNotFoundError
+from transformer_lib.training import compile_mode
 
 SMALL = dict(src_vocab_size=16, tgt_vocab_size=16, d_model=8, d_ff=16, n_heads=2, n_layers=1)
 
@@ -48,6 +50,14 @@ MISTAKES = [
      ConfigError, ValueError, ["d_model", "n_heads"]),
     ("a sequence longer than the model's positions", too_long_for_the_model, ConfigError,
      ValueError, ["max_len", "shorten the input"]),
+    ("no batch an update", lambda: TrainingConfig(accumulation=0), ConfigError, ValueError,
+     ["accumulation", "at least 1"]),
+    ("a warm-up of 0", lambda: TrainingConfig(warmup_steps=0), ConfigError, ValueError,
+     ["warmup_steps", "at least 1"]),
+    ("label smoothing of 1", lambda: TrainingConfig(label_smoothing=1.0), ConfigError, ValueError,
+     ["label_smoothing", "[0, 1)"]),
+    ("a compile mode that does not exist", lambda: compile_mode(TrainingConfig(compile="fast")),
+     ConfigError, ValueError, ["compile='fast'", "choose None"]),
     ("a beam of 0", lambda: SearchConfig(beam_size=0), ConfigError, ValueError,
      ["beam_size", "at least 1"]),
     ("a batch of 0 sentences", lambda: SearchConfig(batch_size=0), ConfigError, ValueError,

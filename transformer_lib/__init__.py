@@ -81,27 +81,22 @@ __all__ = [
 ]
 
 
-def _version() -> str:
-    """The installed distribution's version; importlib.metadata scans the installed packages,
-    which costs more than the rest of the import, so it runs only when asked."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("transformer_lib")
-    except PackageNotFoundError:  # imported from a source tree that was never installed
-        return "0+unknown"
-
-
 def __getattr__(name: str):
-    """A public name, imported from its module on first use (PEP 562); ``__version__`` too."""
+    """A public name, imported from its module on first use (PEP 562); ``__version__`` too, read
+    from the installed metadata only when asked (importlib.metadata scans every package)."""
     if name == "__version__":
-        globals()[name] = _version()
-        return globals()[name]
-    if name in _PUBLIC:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("transformer_lib")
+        except PackageNotFoundError:  # imported from a source tree that was never installed
+            value = "0+unknown"
+    elif name in _PUBLIC:
         value = getattr(import_module(f"{__name__}.{_PUBLIC[name]}"), name)
-        globals()[name] = value  # found directly from now on
-        return value
-    raise AttributeError(f"module 'transformer_lib' has no attribute {name!r}")
+    else:
+        raise AttributeError(f"module 'transformer_lib' has no attribute {name!r}")
+    globals()[name] = value  # found directly from now on
+    return value
 
 
 def __dir__() -> list[str]:

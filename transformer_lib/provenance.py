@@ -114,9 +114,7 @@ def _git(*command: str, cwd: Path, strip: bool = True) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() if strip else done.stdout
+    return None if done.returncode else done.stdout.strip() if strip else done.stdout
 
 
 # The folders whose files are the code a result can depend on; results/ is what runs write.
@@ -146,11 +144,8 @@ def _changes(checkout: Path) -> dict:
         return {"git_dirty": False}
     diff = _git("diff", "HEAD", "--binary", *outside_results, cwd=checkout, strip=False) or ""
     changed = _git("diff", "HEAD", "--name-only", *outside_results, cwd=checkout) or ""
-    return {
-        "git_dirty": True,
-        "git_changed": changed.splitlines(),
-        "git_diff_sha256": hashlib.sha256(diff.encode()).hexdigest(),
-    }
+    digest = hashlib.sha256(diff.encode()).hexdigest()
+    return {"git_dirty": True, "git_changed": changed.splitlines(), "git_diff_sha256": digest}
 
 
 def git_commit(checkout: Path | None = None) -> dict:
@@ -167,9 +162,8 @@ def git_commit(checkout: Path | None = None) -> dict:
     if commit is None:
         return {"git_commit": named, "git_source": "environment", **source}
     if named is not None and named != commit:
-        checkout_said = {"commit": commit, **_changes(checkout)}
-        return {"git_commit": named, "git_source": "environment", "git_checkout": checkout_said,
-                **source}  # fmt: skip
+        said = {"git_checkout": {"commit": commit, **_changes(checkout)}}
+        return {"git_commit": named, "git_source": "environment", **said, **source}
     return {"git_commit": commit, **_changes(checkout), "git_source": "git", **source}
 
 

@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_lib.errors import ConfigError
 
-# %% book/training.md:198 (cell 13)
+
+# %% book/training.md:200 (cell 13)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
     """The target distribution of PyTorch's ``cross_entropy(label_smoothing=...)`` (§5.4).
 
@@ -48,7 +50,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:329 (cell 21)
+# %% book/training.md:331 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business.
@@ -105,6 +107,17 @@ class TrainingConfig:
     length_bucket: int | None = None  # packed rows rounded up to a multiple: few shapes to compile
     fused_adam: bool = False  # Adam's update of every parameter in one fused kernel
 
+    def __post_init__(self):
+        """Refuse, where it is made, a setting the loop cannot use, naming it (ConfigError)."""
+        counts = ("max_steps", "warmup_steps", "max_tokens", "accumulation", "log_every")
+        for name in (*counts, "checkpoint_every", "keep_checkpoints", "validate_every"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:  # validate_every: None
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.lr_scale <= 0:
+            raise ConfigError(f"lr_scale must be positive, got {self.lr_scale}")
+
 
 # Settings that may change when a run is resumed: how far it goes, how it reports, and how its
 # updates are computed (compiled, packed, fused: the kernels change, not the recipe).
@@ -114,7 +127,7 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:416 (cell 23)
+# %% book/training.md:429 (cell 23)
 def backward_batch(
     network: nn.Module,
     batch,
@@ -181,7 +194,7 @@ def update_step(
     return total, total_nll, tokens
 
 
-# %% book/training_loop.md:134 (cell 8)
+# %% book/training_loop.md:135 (cell 8)
 import json
 import random
 import time
@@ -202,7 +215,6 @@ from transformer_lib.checkpoints import (
     set_rng_state,
     write_checkpoint,
 )
-from transformer_lib.errors import ConfigError
 from transformer_lib.onednn import onednn_products
 from transformer_lib.provenance import jsonable, remove_stale_temporaries, write_text_atomically
 from transformer_lib.schedule import make_optimizer
