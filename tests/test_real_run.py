@@ -509,3 +509,15 @@ def test_the_scores_at_the_papers_alpha_are_of_the_shipped_weights(path):
         if "lowercase" in entry:
             lower = sacrebleu.BLEU(lowercase=True).corpus_score(hypotheses[split], [refs])
             assert lower.score == entry["lowercase"]["bleu"]
+
+
+def test_the_retrained_seed_is_the_hour_runs_seed_bit_for_bit():
+    """results/README.md: laptop-seeds/en-de-seed_1 trained the recipe with seed 1 again, and
+    its weights are those of laptop-search-2/hour/seed_1-en-de, whose translations were not
+    kept; so the hour run's validation scores (evaluation-choices) are this report's model's."""
+    again = json.loads((ROOT / "results/laptop-seeds/en-de-seed_1/manifest.json").read_text())
+    hour = json.loads(
+        (ROOT / "results/laptop-search-2/hour/seed_1-en-de.manifest.json").read_text()
+    )
+    weights = [m["shipped_model"]["sha256"]["model.safetensors"] for m in (again, hour)]
+    assert weights[0] == weights[1]
