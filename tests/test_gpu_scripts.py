@@ -223,13 +223,12 @@ def test_the_fast_paths_step_runs_on_a_cpu(tmp_path):
     their JSON, each fast path's candidate beside ours and nn.Transformer."""
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "DRY_RUN": "1", "PYTHON": sys.executable}
-    done = subprocess.run(
-        ["bash", "tools/gpu/perf.sh", "fast_paths"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
+
+    def perf(step: str) -> subprocess.CompletedProcess:
+        command = ["bash", "tools/gpu/perf.sh", step]
+        return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
+
+    done = perf("fast_paths")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     folder = out / "results" / "perf-dry-run"
     for name, candidate in (
@@ -241,13 +240,7 @@ def test_the_fast_paths_step_runs_on_a_cpu(tmp_path):
             results["candidates"]
         )
         assert results["candidates"][candidate]["packing"] == "masks"  # a CPU: no flex backward
-    refused = subprocess.run(
-        ["bash", "tools/gpu/perf.sh", "train_step"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
+    refused = perf("train_step")
     assert refused.returncode == 2 and "fast_paths step alone" in refused.stderr
 
 

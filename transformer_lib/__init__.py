@@ -52,33 +52,7 @@ _PUBLIC = {
     "TransformerLibError": "errors",
 }
 
-# The same names, written out so that tools that read the source see them too.
-__all__ = [
-    "BPETokenizer",
-    "MultiHeadAttention",
-    "SearchConfig",
-    "TrainingConfig",
-    "Transformer",
-    "TransformerConfig",
-    "TransformerLibError",
-    "average_checkpoints",
-    "beam_search",
-    "corpus_scores",
-    "evaluate_split",
-    "greedy_search",
-    "load_checkpoint",
-    "load_multi30k",
-    "load_pretrained",
-    "make_batches",
-    "padding_mask",
-    "save_huggingface",
-    "save_pretrained",
-    "scaled_dot_product_attention",
-    "subsequent_mask",
-    "train",
-    "train_translation",
-    "translate",
-]
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str):
