@@ -39,9 +39,10 @@
 #                                                   LENGTH_BUCKET=2048: fewer buckets, more filler)
 # Each step stops itself before 10 minutes; a step that overran leaves its log under $OUT/logs
 # but no JSON.
-# DRY_RUN=1 bash tools/gpu/perf.sh fast_paths checks that step on the CPU (any GPU hidden) in a
-# few minutes: the small model, random batches, one round, compiled by aot_eager (PyTorch's own
-# kernels: the plumbing, not the speed), its JSON under $OUT/results/perf-dry-run.
+# DRY_RUN=1 bash tools/gpu/perf.sh fast_paths checks that step on the CPU (any GPU hidden) in
+# under a minute: the small model, random batches, one round, torch.compile with its "eager"
+# backend (graphs captured, PyTorch's own kernels: the plumbing, not the speed), its JSON under
+# $OUT/results/perf-dry-run.
 # The manifests name the commit of the code: from git in a checkout, otherwise from
 # TRANSFORMER_LIB_COMMIT, which a copy without .git must set, e.g.
 #   TRANSFORMER_LIB_COMMIT=<output of git rev-parse HEAD> bash tools/gpu/perf.sh train_step
@@ -86,7 +87,7 @@ if [ "$DRY_RUN" = 1 ]; then
     results="$OUT/results/perf-dry-run"
     # The base size's switches, shrunk to the small model on random batches.
     fast=(--device cpu --size small --data random --max-tokens 64 --batches 2 --rounds 1
-          --compile-backend aot_eager)
+          --compile-backend eager)
 else
     slug=$("$PYTHON" -c 'import sys, torch; sys.path.insert(0, "benchmarks"); import common
 print(common.device_slug(torch.device("cuda")))')
