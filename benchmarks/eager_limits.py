@@ -130,6 +130,11 @@ def functional_step(model, tokens, length: int, keys, values, cross, bias):
     return model.generator(x), extended
 
 
+def cached(caches) -> list[tuple]:
+    """The keys and values each of ``caches`` (a decoder's ``KeyValueCache``) holds."""
+    return [(kv.keys, kv.values) for kv in caches]
+
+
 def compiled_step(args: argparse.Namespace, model, tokenizer) -> dict:
     """Per-step milliseconds of the flat step, the functional step and the compiled one."""
     encoded = tokenizer.encode_batch(sources(model)[:ROWS])
@@ -140,13 +145,18 @@ def compiled_step(args: argparse.Namespace, model, tokenizer) -> dict:
         state, tokens = OneDNNDecoder(model, src), torch.full((len(src),), 1)
         for _ in range(STEP):
             tokens = state.step(tokens).argmax(dim=-1)
-        cache = [(k[:, :, :STEP].clone(), v[:, :, :STEP].clone()) for k, v in state.self_kv]
-        keys, values = [k for k, _ in cache], [v for _, v in cache]
-        bias = torch.zeros(state.src_mask.shape).masked_fill_(~state.src_mask, float("-inf"))
-        inputs = (model, tokens, STEP, keys, values, state.cross_kv, bias)
+        own = [kv for kv, _ in state.cache.layers]
+        keys, values = (
+            [t[:, :, :STEP].clone() for t in kind] for kind in zip(*cached(own), strict=True)
+        )
+        mask, source = state.cache.side.mask, cached(kv for _, kv in state.cache.layers)
+        bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+        inputs = (model, tokens, STEP, keys, values, source, bias)
 
         def flat():  # the cache put back to STEP positions, then one step as translate runs it
-            state.self_kv, state.length = [(k, v) for k, v in cache], STEP
+            for kv, k, v in zip(own, keys, values, strict=True):
+                kv.keys, kv.values, kv.length = k, v, STEP
+            state.cache.length = STEP
             return state.step(tokens)
 
         candidates = {

@@ -119,10 +119,10 @@ class AttentionVariant(nn.Module):
         self.inner = inner
         self.separate_projections, self.written_out = separate_projections, written_out
 
-    def forward(self, query, key, value, mask=None, need_weights=False):
+    def forward(self, query, key, value, mask=None, need_weights=False, cache=None):
         if self.separate_projections and query is key and key is value:
             key, value = query.view_as(query), query.view_as(query)  # equal, but not the same
-        return self.inner(query, key, value, mask, need_weights or self.written_out)
+        return self.inner(query, key, value, mask, need_weights or self.written_out, cache)
 
 
 def variant(model: Transformer, separate_projections=False, written_out=False) -> Transformer:

@@ -388,15 +388,18 @@ def test_the_step_it_compiles_is_the_step_translate_runs():
         state, tokens = OneDNNDecoder(model, src), torch.full((3,), 1)
         for _ in range(3):
             tokens = state.step(tokens).argmax(dim=-1)
-        keys = [k[:, :, :3].clone() for k, _ in state.self_kv]
-        values = [v[:, :, :3].clone() for _, v in state.self_kv]
-        bias = torch.zeros(state.src_mask.shape).masked_fill_(~state.src_mask, float("-inf"))
-        found, extended = eager_limits.functional_step(
-            model, tokens, 3, keys, values, state.cross_kv, bias
+        own = eager_limits.cached(kv for kv, _ in state.cache.layers)
+        keys, values = ([t[:, :, :3].clone() for t in kind] for kind in zip(*own, strict=True))
+        mask, source = (
+            state.cache.side.mask,
+            eager_limits.cached(kv for _, kv in state.cache.layers),
         )
+        bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+        found, extended = eager_limits.functional_step(model, tokens, 3, keys, values, source, bias)
         expected = state.step(tokens)
     torch.testing.assert_close(found, expected, atol=1e-5, rtol=1e-5)
-    for (k, v), (cached_k, cached_v) in zip(extended, state.self_kv, strict=True):
+    own = eager_limits.cached(kv for kv, _ in state.cache.layers)
+    for (k, v), (cached_k, cached_v) in zip(extended, own, strict=True):
         torch.testing.assert_close(k, cached_k[:, :, :4], atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(v, cached_v[:, :, :4], atol=1e-6, rtol=1e-6)
 

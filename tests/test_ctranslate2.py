@@ -393,8 +393,6 @@ def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
             "translate, no options",
             "ours",
             "ours, oneDNN",
-            "ours, cache per row",
-            "ours, cache per row, index_select",
             "CTranslate2 float32",
             "CTranslate2 int8",
             "transformers generate",

@@ -221,8 +221,8 @@ def test_incremental_logits_equal_rerunning_the_decoder(state, changes, seed):
                 fast.select(selections[step])
                 slow.select(selections[step])
                 if state is SentenceGroupedDecoder:  # sentence 1 has no row left at step 4
-                    assert fast.grouped == (step == 1)
-                    assert len(fast.src_mask) == (4 if step == 1 else 3)
+                    assert fast.cache.side.grouped == (step == 1)
+                    assert len(fast.cache.side.mask) == (4 if step == 1 else 3)
                 rows = len(selections[step])
             tokens = torch.randint(3, 23, (rows,), generator=g)
 
@@ -239,13 +239,15 @@ def test_select_copies_the_cache_into_room_the_next_step_fills(grad):
         tokens = torch.full((4,), BOS_ID, dtype=torch.long)
         for step in range(6):
             torch.testing.assert_close(fast.step(tokens), slow.step(tokens), atol=1e-5, rtol=1e-5)
-            assert all(keys.shape[2] == fast.length for keys, _ in fast.self_kv)  # no gap left
+            own = [kv for kv, _ in fast.cache.layers]
+            assert all(kv.keys.shape[2] == fast.cache.length for kv in own)  # no gap left
             if step == 2:
                 for rows in (torch.tensor([3, 2, 1, 0]), torch.tensor([0, 0, 2])):
                     fast.select(rows), slow.select(rows)
                 room = 0 if grad else 1
-                assert all(keys.shape[2] == fast.length + room for keys, _ in fast.self_kv)
-            tokens = torch.randint(3, 23, (len(fast.src_mask),), generator=g)
+                own = [kv for kv, _ in fast.cache.layers]
+                assert all(kv.keys.shape[2] == fast.cache.length + room for kv in own)
+            tokens = torch.randint(3, 23, (len(fast.cache.side.mask),), generator=g)
 
 
 def test_rerun_decoder_matches_the_full_forward_pass():

@@ -147,9 +147,7 @@ class MultiHeadAttention(nn.Module):
         if d_k < 1:
             raise ConfigError(f"d_k must be positive, got {d_k}")
         self.d_model, self.n_heads, self.d_k, self.d_v = d_model, n_heads, d_k, d_v
-        # Dropout on the attention weights. The paper is silent on it (§5.4 names only the
-        # sub-layer outputs and the embedding sums), so the default is none.
-        self.dropout = dropout
+        self.dropout = dropout  # on the attention weights: none by default, see the docstring
         self.scale = scale  # None: 1/sqrt(d_k), the paper's
         # W^Q and W^K (h * d_k rows each), then W^V (h * d_v = d_model rows), of all heads.
         self.in_proj = nn.Linear(d_model, 2 * n_heads * d_k + d_model, bias=bias)
@@ -207,6 +205,7 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         need_weights: bool = False,
+        cache=None,
     ) -> Tensor:
         """Attend from ``query`` to ``key`` and ``value`` with all heads at once (§3.2.2).
 
@@ -222,16 +221,28 @@ class MultiHeadAttention(nn.Module):
                 None: every key.
             need_weights: take the written-out path and keep the weights (B, h, L_q, L_k) in
                 ``self.weights``.
+            cache: what this attention keeps between the steps of a decoder (a
+                ``transformer_lib.decoding.KeyValueCache``, made by the decoding chapter's
+                decoders): in self-attention the keys and values of the earlier positions, to
+                which those of ``query`` are added; in encoder-decoder attention the keys and
+                values of the encoder's output, projected once, which replace ``key``, ``value``
+                and ``mask``. Its ``linear`` computes the projections (None: PyTorch's).
 
         Returns:
             (B, L_q, d_model), the heads' outputs concatenated and projected by W^O.
         """
+        linear = F.linear if cache is None or cache.linear is None else cache.linear
         if query is key and key is value:  # self-attention: one matrix multiplication
-            q, k, v = self.project_qkv(query)  # (B, h, L, .)
-        else:
-            q = self.project_q(query)  # (B, h, L_q, d_k)
+            q, k, v = self.project_qkv(query, linear)  # (B, h, L, .)
+            if cache is not None:  # the earlier positions' keys and values, then these
+                k, v = cache.extend(k, v)  # (B, h, t + L, .)
+            return self.attend(q, k, v, mask, need_weights)
+        shape = query.shape  # (B, L_q, d_model)
+        if cache is None:
             k, v = self.project_kv(key, value)  # (B, h, L_k, d_k), (B, h, L_k, d_v)
-        return self.attend(q, k, v, mask, need_weights)
+        else:  # the encoder side's, projected once; the queries may come grouped by sentence
+            query, k, v, mask = cache.source.arrange(query, cache.keys, cache.values)
+        return self.attend(self.project_q(query, linear), k, v, mask, need_weights).view(shape)
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights=False

@@ -216,69 +216,112 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:329 (cell 8)
+# %% book/decoding.md:326 (cell 8)
+class KeyValueCache:
+    """One attention's keys (B, h, t, d_k) and values (B, h, t, d_v), kept between the steps of
+    a decoder; ``MultiHeadAttention.forward(..., cache=)`` reads and extends it.
+
+    ``linear(x, weight, bias)`` computes the attention's projections (None: PyTorch's). In
+    encoder-decoder attention, ``source`` is the decoder's :class:`SourceSide`, which says how
+    each row finds its sentence's keys, values and mask.
+    """
+
+    def __init__(self, keys=None, values=None, linear=None, source=None):
+        self.keys, self.values = keys, values
+        self.length = 0 if keys is None else keys.shape[2]  # positions held
+        self.linear, self.source = linear, source
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """The keys and values of the earlier positions, then those of the new ones, k (B, h, L,
+        d_k) and v (B, h, L, d_v): (B, h, t + L, .), kept for the next step. They go into the
+        room ``select`` left after the earlier ones, if it left some."""
+        start, self.length = self.length, self.length + k.shape[2]
+        if self.keys is not None:
+            if self.keys.shape[2] == self.length:  # room for the new positions
+                self.keys[:, :, start:], self.values[:, :, start:] = k, v
+                k, v = self.keys, self.values
+            else:
+                k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+        self.keys, self.values = k, v
+        return k, v
+
+
+class SourceSide:
+    """How the rows of a decoder's state find the encoder side: each row has its own copy of its
+    sentence's keys and values and of the source mask ``mask`` (N, 1, 1, S)."""
+
+    def __init__(self, mask: Tensor):
+        self.mask = mask
+
+    def arrange(self, query: Tensor, keys: Tensor, values: Tensor):
+        """The queries (N, L, d_model), keys, values and mask for encoder-decoder attention."""
+        return query, keys, values, self.mask
+
+    def select(self, rows: Tensor) -> Tensor | None:
+        """Follow the rows ``rows`` (N',); return which rows of every layer's keys and values to
+        keep (None: all of them, as they are)."""
+        self.mask = self.mask.index_select(0, rows)
+        return rows
+
+
+class DecoderCache:
+    """Every decoder layer's pair of caches (self-attention's, encoder-decoder attention's) and
+    the positions decoded so far, which ``Transformer.decode(..., cache=)`` reads and extends.
+
+    ``source_kv``: each layer's keys (N, h, S, d_k) and values (N, h, S, d_v) of the encoder's
+    output; ``own_kv``: each layer's self-attention keys and values so far (None: none yet).
+    """
+
+    def __init__(self, source_kv: list, side: SourceSide, linear=None, own_kv: list | None = None):
+        self.side, self.length = side, 0 if own_kv is None else own_kv[0][0].shape[2]
+        own_kv = own_kv or [(None, None)] * len(source_kv)
+        self.layers = [
+            (KeyValueCache(*own, linear=linear), KeyValueCache(*kv, linear=linear, source=side))
+            for own, kv in zip(own_kv, source_kv, strict=True)
+        ]
+
+    def step(self, tokens: Tensor) -> tuple[int, list]:
+        """For ``Decoder.forward`` of new tokens (N, L): the positions before them, and each
+        layer's pair of caches; the positions held then include the new ones."""
+        self.length += tokens.shape[1]
+        return self.length - tokens.shape[1], self.layers
+
+    def select(self, rows: Tensor) -> None:
+        """Keep the rows ``rows`` (N',) of every cache, in that order (repeats allowed); the
+        self-attention's with room for one more position."""
+        for own, _ in self.layers if self.length else ():
+            own.keys, own.values = _rows((own.keys, own.values), rows, room=own.length)
+        kept = self.side.select(rows)
+        for _, source in self.layers if kept is not None else ():
+            source.keys, source.values = _rows((source.keys, source.values), kept)
+
+
 class IncrementalDecoder:
-    """A :class:`DecoderState` that computes only the new position at each step, with a cache of
-    every layer's keys and values (self-attention: all positions so far; encoder-decoder
-    attention: the encoder output's, computed once), a row of each for every row of the state.
+    """A :class:`DecoderState` that computes only the new position at each step, through the
+    model's own forward with a :class:`DecoderCache` (self-attention: every layer's keys and
+    values so far; encoder-decoder attention: the encoder output's, computed once).
 
     ``src`` (N, S) int64; ``src_mask`` (N, 1, 1, S) defaults to the padding mask. The state starts
     with one row per sentence; ``select`` may repeat, reorder and drop rows.
     """
 
+    side = SourceSide  # how rows find the encoder side: a copy for each row
+    linear = None  # the projections' product (None: PyTorch's); an engine's decoder sets its own
+
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
-        self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
-        memory = self.encode(src)  # (N, S, d_model)
-        self.length = 0  # target positions decoded so far
-        # Per layer: the encoder output's keys (N, h, S, d_k) and values (N, h, S, d_v).
-        self.cross_kv = self.project_memory(memory)
-        # Per layer: self-attention's keys (N, h, t, d_k) and values (N, h, t, d_v) so far.
-        self.self_kv: list[tuple[Tensor, Tensor] | None] = [None] * len(self.cross_kv)
+        src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
+        memory = self.encode(src, src_mask)  # (N, S, d_model)
+        source_kv = self.project_memory(memory, self.linear)
+        self.cache = DecoderCache(source_kv, self.side(src_mask), self.linear)
 
     def step(self, tokens: Tensor) -> Tensor:
-        decoder = self.model.decoder
-        x = decoder.positions(decoder.embeddings(tokens[:, None]), self.length)  # (N, 1, d_model)
-        for i, layer in enumerate(decoder.layers):  # the layer's wiring, our sub-layers
-            x = layer.connect(
-                x,
-                lambda h, i=i: self.self_attention(i, h),
-                lambda h, i=i: self.cross_attention(i, h),
-                lambda h, i=i: self.feed_forward(i, h),
-            )  # (N, 1, d_model)
-        self.length += 1
-        return self.logits(decoder.norm(x)[:, -1])  # (N, V)
+        states = self.model.decode(tokens[:, None], None, None, cache=self.cache)  # (N, 1, d)
+        return self.model.generator(states[:, -1])  # (N, V)
 
-    def self_attention(self, i: int, h: Tensor) -> Tensor:
-        """Layer i's masked self-attention for the new positions h (N, 1, d_model). No mask is
-        needed: a new position may see every earlier one, whose keys and values the cache holds."""
-        attention = self.model.decoder.layers[i].self_attn
-        q, k, v = attention.project_qkv(h)  # (N, h, 1, d_k), (N, h, 1, d_k), (N, h, 1, d_v)
-        k, v = self.remember(i, k, v)  # (N, h, t, d_k), (N, h, t, d_v)
-        return attention.attend(q, k, v)  # (N, 1, d_model)
-
-    def remember(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Layer i's self-attention keys and values of the new positions, (N, h, 1, .), after
-        those of the earlier ones: (N, h, t, .), which the cache keeps for the next step. They
-        go into the room ``select`` left after the earlier ones, if it left some."""
-        if self.self_kv[i] is not None:
-            keys, values = self.self_kv[i]
-            if keys.shape[2] > self.length:  # room for the new position
-                keys[:, :, self.length :], values[:, :, self.length :] = k, v
-                k, v = keys, values
-            else:
-                k, v = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)
-        self.self_kv[i] = k, v
-        return k, v
-
-    def cross_attention(self, i: int, h: Tensor) -> Tensor:
-        """Layer i's encoder-decoder attention for queries h (N, 1, d_model)."""
-        attention, (keys, values) = self.model.decoder.layers[i].cross_attn, self.cross_kv[i]
-        return attention.attend(attention.project_q(h), keys, values, self.src_mask)
-
-    def encode(self, src: Tensor) -> Tensor:
-        """The memory (N, S, d_model) of the sources ``src`` (N, S)."""
-        return self.model.encode(src, self.src_mask)
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        """The memory (N, S, d_model) of the sources ``src`` (N, S) under ``src_mask``."""
+        return self.model.encode(src, src_mask)
 
     def project_memory(self, memory: Tensor, linear=None) -> list[tuple[Tensor, Tensor]]:
         """Every layer's encoder-decoder keys (N, h, S, d_k) and values (N, h, S, d_v) of the
@@ -286,33 +329,18 @@ class IncrementalDecoder:
         layers, linear = self.model.decoder.layers, linear or torch.nn.functional.linear
         return [layer.cross_attn.project_kv(memory, linear=linear) for layer in layers]
 
-    def feed_forward(self, i: int, h: Tensor) -> Tensor:
-        """Layer i's feed-forward network of h (N, 1, d_model)."""
-        return self.model.decoder.layers[i].feed_forward(h)
-
-    def logits(self, h: Tensor) -> Tensor:
-        return self.model.generator(h)  # (N, d_model) -> (N, V)
-
     def select(self, rows: Tensor) -> None:
-        self.self_kv = [_rows(kv, rows, room=self.length) for kv in self.self_kv]
-        self.select_encoder_side(rows)
-
-    def select_encoder_side(self, rows: Tensor) -> None:
-        """Keep the rows ``rows`` (N',) of the encoder side: its keys, values and source mask."""
-        self.cross_kv = [_rows(kv, rows) for kv in self.cross_kv]
-        self.src_mask = self.src_mask.index_select(0, rows)
+        self.cache.select(rows)
 
 
-def _rows(tensors: tuple[Tensor, ...] | None, rows: Tensor, room: int | None = None):
-    """The rows ``rows`` of each tensor, in that order (None, before the first step, stays).
-    With ``room`` t: of (N, h, ., d) tensors, the first t positions, in new (N', h, t + 1, d)
-    tensors whose last position the next step fills, instead of appending: one copy, not two."""
-    if tensors is None:
-        return None
+def _rows(tensors: tuple[Tensor, ...], rows: Tensor, room: int | None = None):
+    """The rows ``rows`` of each tensor, in that order. With ``room`` t: of (N, h, ., d)
+    tensors, the first t positions, in new (N', h, t + 1, d) tensors whose last position the
+    next step fills, instead of appending: one copy, not two."""
     if room is not None:  # without a room a step did not fill
         tensors = tuple(tensor[:, :, :room] for tensor in tensors)
-    # index_select, not tensor[rows]: the general indexing machinery is several times slower at
-    # copying whole rows (the chapter on inference engines measures it)
+    # index_select, not tensor[rows]: the general indexing machinery is slower at copying whole
+    # rows (the chapter on inference engines measures it)
     if room is None or any(tensor.requires_grad for tensor in tensors):  # out=: no gradient
         return tuple(tensor.index_select(0, rows) for tensor in tensors)
     copies = tuple(t.new_empty(len(rows), t.shape[1], room + 1, t.shape[3]) for t in tensors)
@@ -321,7 +349,7 @@ def _rows(tensors: tuple[Tensor, ...] | None, rows: Tensor, room: int | None = N
     return copies
 
 
-# %% book/translating.md:54 (cell 4)
+# %% book/translating.md:60 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's.
@@ -357,17 +385,13 @@ class SearchConfig:
     def recorded(self) -> dict:
         """The settings a model's files keep: ``beam_size``, ``alpha`` and ``extra_length``
         (``SearchConfig(**recorded)`` reads them back, with the default ``batch_size``)."""
-        return {
-            "beam_size": self.beam_size,
-            "alpha": self.alpha,
-            "extra_length": self.extra_length,
-        }
+        return {name: getattr(self, name) for name in ("beam_size", "alpha", "extra_length")}
 
 
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:124 (cell 6)
+# %% book/translating.md:126 (cell 6)
 def model_search(model) -> SearchConfig:
     """The search :func:`translate` runs when it is given none: ``model.search``, the model's
     own (``load_pretrained`` and ``load_translator`` set it from the model's files), else §6.1's
@@ -376,51 +400,46 @@ def model_search(model) -> SearchConfig:
     return search if isinstance(search, SearchConfig) else SearchConfig()
 
 
-# %% book/translating.md:177 (cell 9)
-class SentenceGroupedDecoder(IncrementalDecoder):
-    """:class:`IncrementalDecoder` with the encoder side (its keys and values, and the source
-    mask) kept once per sentence, not once per row: a sentence's k beams read it in place, as k
-    queries of one attention while the rows come grouped by sentence.
+# %% book/translating.md:179 (cell 9)
+class SentenceSide(SourceSide):
+    """The encoder side once per sentence, not once per row: the source mask ``mask`` (n, 1, 1,
+    S) and every layer's keys and values have a row per sentence, and a sentence's k rows read
+    them in place, as k queries of one attention, while the rows come grouped by sentence."""
 
-    ``src`` (n, S) int64, one row per sentence at the start; ``select`` may repeat, reorder and
-    drop rows; the state has N rows.
-    """
-
-    def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
-        super().__init__(model, src, src_mask)
-        self.sentence = torch.arange(len(src), device=src.device)  # (N,) sentence of each row
+    def __init__(self, mask: Tensor):
+        super().__init__(mask)
+        self.sentence = torch.arange(len(mask), device=mask.device)  # (N,) sentence of each row
         self.grouped = True  # rows are sentence 0's, then sentence 1's, ..., as many each
 
-    def cross_attention(self, i: int, h: Tensor) -> Tensor:
-        """Layer i's encoder-decoder attention for queries h (N, 1, d_model)."""
-        attention, (keys, values) = self.model.decoder.layers[i].cross_attn, self.cross_kv[i]
-        mask, d = self.src_mask, h.shape[-1]  # (n, 1, 1, S), once per sentence
+    def arrange(self, query: Tensor, keys: Tensor, values: Tensor):
         if self.grouped:  # the k rows of a sentence as k queries over its keys: no copies
-            h = h.view(len(mask), -1, d)  # (n, k, d_model)
-        else:  # rows in another order: each row gathers its sentence's side, a copy
-            keys, values, mask = (t.index_select(0, self.sentence) for t in (keys, values, mask))
-        return self.attend_to_source(attention, h, keys, values, mask).view(-1, 1, d)
+            return query.view(len(self.mask), -1, query.shape[-1]), keys, values, self.mask
+        # rows in another order: each row gathers its sentence's side, a copy
+        return query, *(t.index_select(0, self.sentence) for t in (keys, values, self.mask))
 
-    def attend_to_source(self, attention, h: Tensor, keys, values, mask) -> Tensor:
-        """``attention`` from queries h (B, L, d_model) over keys and values (B, h, S, .) under
-        ``mask`` (B, 1, 1, S): (B, L, d_model)."""
-        return attention.attend(attention.project_q(h), keys, values, mask)
-
-    def select_encoder_side(self, rows: Tensor) -> None:
+    def select(self, rows: Tensor) -> Tensor | None:
         """Note each row's sentence; drop the encoder side of sentences left without rows."""
-        sentence = self.sentence[rows]
+        sentence, dropped = self.sentence[rows], None
         kept = torch.unique(sentence)  # sorted
-        if len(kept) < len(self.src_mask):  # sentences without rows are done: drop their side
-            super().select_encoder_side(kept)
+        if len(kept) < len(self.mask):  # sentences without rows are done: drop their side
+            self.mask, dropped = self.mask.index_select(0, kept), kept
             sentence = torch.searchsorted(kept, sentence)
         self.sentence, n = sentence, len(kept)
-        if n == 0:  # no rows left
-            return
-        per_sentence = torch.arange(n, device=rows.device).repeat_interleave(len(rows) // n)
-        self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
+        if n:  # rows left
+            per_sentence = torch.arange(n, device=rows.device).repeat_interleave(len(rows) // n)
+            self.grouped = len(rows) % n == 0 and torch.equal(sentence, per_sentence)
+        return dropped
 
 
-# %% book/translating.md:272 (cell 13)
+class SentenceGroupedDecoder(IncrementalDecoder):
+    """:class:`IncrementalDecoder` with the encoder side kept once per sentence
+    (:class:`SentenceSide`). ``src`` (n, S) int64, one row per sentence at the start; ``select``
+    may repeat, reorder and drop rows; the state has N rows."""
+
+    side = SentenceSide
+
+
+# %% book/translating.md:269 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -523,9 +542,7 @@ def translate(
     return results
 
 
-# %% book/inference_engine.md:948 (cell 31)
-from torch import Tensor
-
+# %% book/inference_engine.md:941 (cell 31)
 from transformer_lib import onednn
 
 
@@ -534,8 +551,8 @@ class OneDNNDecoder(SentenceGroupedDecoder):
     encoder's included, and a step written out as one flat function (``onednn.FlatStep``): the
     attention of the new positions as two batched products and a softmax, which beats the fused
     kernel for a step's few queries and keys, and no module or layer called on the way. A model
-    in training mode, or rows not grouped by sentence, take the layers' own step. Float32
-    weights on the CPU only."""
+    in training mode, or rows not grouped by sentence, take the model's own forward (with
+    oneDNN's projections). Float32 weights on the CPU only."""
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         onednn.require_onednn_weights(model)
@@ -545,26 +562,27 @@ class OneDNNDecoder(SentenceGroupedDecoder):
 
     encoder_group = 64  # sentences encoded together, see encode
 
-    def encode(self, src: Tensor) -> Tensor:
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """The memory (n, S, d_model) of ``src`` (n, S): the encoder with oneDNN's products,
         ``encoder_group`` sentences at a time, each group cut to its own longest sentence
         (``encode_in_groups``). ``translate`` sorts a batch by length, so a small group carries
         little padding where the whole batch would carry much."""
         groups = self.encoder_group
-        return onednn.encode_in_groups(self.model.encoder, src, self.src_mask, groups, self.linear)
+        return onednn.encode_in_groups(self.model.encoder, src, src_mask, groups, self.linear)
 
     def project_memory(self, memory: Tensor, linear=None) -> list[tuple[Tensor, Tensor]]:
         # Laid out once as every step's bmm reads them (n h, S, d): it would copy a transposed view.
-        projected = super().project_memory(memory, linear=linear or self.linear)
+        projected = super().project_memory(memory, linear)
         return [(keys.contiguous(), values.contiguous()) for keys, values in projected]
 
     def step(self, tokens: Tensor) -> Tensor:
-        if self.model.training or not self.grouped:  # dropout, or rows that read by index
-            return super().step(tokens)  # the layers' own wiring, PyTorch's kernels
+        cache = self.cache
+        if self.model.training or not cache.side.grouped:  # dropout, or rows read by index
+            return super().step(tokens)  # the model's own forward
         decoder = self.model.decoder
-        x = decoder.positions(decoder.embeddings(tokens[:, None]), self.length)[:, 0]  # (N, d)
-        logits = self.flat_step(x, self.remember, self.cross_kv, self.src_mask)  # (N, V)
-        self.length += 1
+        x = decoder.positions(decoder.embeddings(tokens[:, None]), cache.length)[:, 0]  # (N, d)
+        logits = self.flat_step(x, cache)  # (N, V)
+        cache.length += 1
         return logits
 
 

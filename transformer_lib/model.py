@@ -227,24 +227,18 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         self.norm_first = c.norm_first
 
-    def forward(self, x, memory, src_mask, tgt_mask, need_weights=False) -> Tensor:
-        return self.connect(
-            x,
-            lambda h: self.self_attn(h, h, h, tgt_mask, need_weights),
-            lambda h: self.cross_attn(h, memory, memory, src_mask, need_weights),
-            self.feed_forward,
+    def forward(self, x, memory, src_mask, tgt_mask, need_weights=False, cache=None) -> Tensor:
+        """``cache``: the pair of caches of the two attentions (self, encoder-decoder) while
+        decoding one position at a time (``transformer_lib.decoding.DecoderCache``); None:
+        the whole target at once."""
+        own, source = (None, None) if cache is None else cache
+        x = residual(self, 0, x, lambda h: self.self_attn(h, h, h, tgt_mask, need_weights, own))
+        x = residual(
+            self, 1, x, lambda h: self.cross_attn(h, memory, memory, src_mask, need_weights, source)
         )
-
-    def connect(self, x: Tensor, self_attention, cross_attention, feed_forward) -> Tensor:
-        """The layer's wiring (§3.1) around its three sub-layers, given as functions of
-        (B, T, d_model) -> (B, T, d_model), so that the incremental decoder and other engines
-        run their own; ``feed_forward`` is skipped when the layer has none (the ablation).
-        Shape: x (B, T, d_model) -> (B, T, d_model)."""
-        x = residual(self, 0, x, self_attention)
-        x = residual(self, 1, x, cross_attention)
         if self.feed_forward is None:  # the ablation without the FFN sub-layer
             return x
-        return residual(self, 2, x, feed_forward)
+        return residual(self, 2, x, self.feed_forward)
 
 
 def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
@@ -259,7 +253,7 @@ def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:583 (cell 33)
+# %% book/model.md:578 (cell 33)
 class Encoder(nn.Module):
     """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model).
 
@@ -294,11 +288,12 @@ class Decoder(nn.Module):
         self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
 
     def forward(
-        self, tgt, memory, src_mask, tgt_mask, need_weights=False, positions=None
+        self, tgt, memory, src_mask, tgt_mask, need_weights=False, positions=None, cache=None
     ) -> Tensor:
-        x = self.positions(self.embeddings(tgt), positions=positions)
-        for layer in self.layers:
-            x = layer(x, memory, src_mask, tgt_mask, need_weights)
+        offset, caches = (0, [None] * len(self.layers)) if cache is None else cache.step(tgt)
+        x = self.positions(self.embeddings(tgt), offset, positions)  # offset: positions before
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
+            x = layer(x, memory, src_mask, tgt_mask, need_weights, layer_cache)
         return self.norm(x)
 
 
@@ -361,7 +356,9 @@ class Transformer(nn.Module):
             src_mask = padding_mask(src, self.config.pad_id)
         return self.encoder(src, src_mask)
 
-    def decode(self, tgt, memory, src_mask, tgt_mask=None, need_weights=False) -> Tensor:
+    def decode(
+        self, tgt, memory, src_mask, tgt_mask=None, need_weights=False, cache=None
+    ) -> Tensor:
         """Decoder states (B, T, d_model) of target tokens (B, T) given the memory (B, S, d_model).
 
         The memory holds no token ids, so the source's padding cannot be found from it: pass the
@@ -375,15 +372,19 @@ class Transformer(nn.Module):
                 and causal masks together.
             need_weights: keep each attention's weights in its ``weights``: (B, h, T, T) in
                 self-attention, (B, h, T, S) in encoder-decoder attention.
+            cache: a :class:`~transformer_lib.decoding.DecoderCache` while decoding one new
+                position at a time: ``tgt`` (B, 1) is the token after those the cache holds,
+                which it may see without a mask; the cache holds the encoder side too, so
+                ``memory`` and ``src_mask`` are not read.
 
         Returns:
             Decoder states (B, T, d_model), before the pre-softmax projection
             (``model.generator``).
         """
-        if tgt_mask is None:
+        if tgt_mask is None and cache is None:
             causal = subsequent_mask(tgt.shape[1], tgt.device)
             tgt_mask = padding_mask(tgt, self.config.pad_id) & causal
-        return self.decoder(tgt, memory, src_mask, tgt_mask, need_weights)
+        return self.decoder(tgt, memory, src_mask, tgt_mask, need_weights, cache=cache)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> Tensor:
         """Logits of the next target token at every position: the whole of Figure 1.

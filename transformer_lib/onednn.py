@@ -98,7 +98,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:1026 (cell 34)
+# %% book/inference_engine.md:1018 (cell 34)
 import weakref
 
 
@@ -212,7 +212,7 @@ def encode_in_groups(
     return memory
 
 
-# %% book/inference_engine.md:1155 (cell 36)
+# %% book/inference_engine.md:1147 (cell 36)
 from dataclasses import dataclass
 from functools import partial
 
@@ -279,15 +279,15 @@ class FlatStep:
         self.zero = torch.zeros(())  # baddbmm's other term where it adds none
         self.mask, self.bias = None, None
 
-    def __call__(self, x: Tensor, remember, cross_kv: list, mask: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, cache) -> Tensor:
         """The logits (N, V) of the new positions x (N, d_model), embedded, with positions.
-        ``remember(i, k, v)`` is layer i's self-attention cache (the decoder's), ``cross_kv``
-        every layer's keys and values of the source (n, h, S, .), ``mask`` (n, 1, 1, S)."""
-        bias = self.source_bias(mask)
-        for i, layer in enumerate(self.layers):
+        ``cache`` is the decoder's ``DecoderCache``: each layer's self-attention cache, and its
+        keys and values of the source (n, h, S, .) under the mask (n, 1, 1, S) of its side."""
+        bias = self.source_bias(cache.side.mask)
+        for layer, (own, source) in zip(self.layers, cache.layers, strict=True):
             sublayers = [
-                partial(self.self_attention, layer, partial(remember, i)),
-                partial(self.cross_attention, layer, *cross_kv[i], bias),
+                partial(self.self_attention, layer, own.extend),
+                partial(self.cross_attention, layer, source.keys, source.values, bias),
             ]
             if layer.feed_forward is not None:
                 sublayers.append(partial(self.feed_forward, layer))
