@@ -72,17 +72,24 @@ def _check_convertible(model, tokenizer) -> None:
         )
     if not c.feed_forward:
         raise EngineError(
-            "this model has no feed-forward sub-layers, which CTranslate2's layers always have: "
-            "translate it with our own decoder"
+            "this model has no feed-forward sub-layers (feed_forward False), which CTranslate2's "
+            "layers always have: translate it with our own decoder"
         )
-    if not c.src_vocab_size == c.tgt_vocab_size == tokenizer.vocab_size:
+    if c.src_vocab_size != c.tgt_vocab_size:
         raise EngineError(
-            f"the model's vocabularies ({c.src_vocab_size} and {c.tgt_vocab_size} pieces) are not "
-            f"the tokenizer's ({tokenizer.vocab_size}): give the tokenizer the model was trained with"
+            f"this model has two vocabularies (src_vocab_size {c.src_vocab_size}, tgt_vocab_size "
+            f"{c.tgt_vocab_size}) and the engine is given one tokenizer's: translate it with our "
+            "own decoder"
+        )
+    if c.src_vocab_size != tokenizer.vocab_size:
+        raise EngineError(
+            f"the model's vocabularies (src_vocab_size and tgt_vocab_size {c.src_vocab_size}) are "
+            f"not the tokenizer's ({tokenizer.vocab_size}): give the tokenizer the model was "
+            "trained with"
         )
 
 
-# %% book/inference_engine.md:186 (cell 6)
+# %% book/inference_engine.md:193 (cell 6)
 def vocabulary(tokenizer) -> list[str]:
     """The tokenizer's pieces in id order: CTranslate2 knows a token by its place in this list."""
     return [tokenizer.tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
@@ -154,7 +161,7 @@ def convert_to_ctranslate2(
     return folder
 
 
-# %% book/inference_engine.md:267 (cell 8)
+# %% book/inference_engine.md:274 (cell 8)
 class CTranslate2Translator:
     """Our model run by CTranslate2: ``translate`` by the rules of the library's ``translate``
     (the model's own search by default, the same tokenizer, length limits and batching), and
@@ -266,7 +273,7 @@ class CTranslate2Translator:
         return [list(result.log_probs) for result in found]
 
 
-# %% book/inference_engine.md:380 (cell 9)
+# %% book/inference_engine.md:387 (cell 9)
 from collections.abc import Callable
 
 from transformer_lib.decoding import OneDNNDecoder, SentenceGroupedDecoder, translate

@@ -38,11 +38,12 @@ def check_marian_convertible(model: Transformer) -> None:
     c = model.config
     refusals = {
         "pre-LN layers (norm_first)": c.norm_first,
-        f"{c.positional!r} positions (MarianMT adds the sinusoids)": c.positional != "sinusoidal",
-        "untied embeddings (MarianMT shares one matrix)": not c.tie_embeddings,
+        f"{c.positional!r} positions (positional; MarianMT adds the sinusoids)": c.positional
+        != "sinusoidal",
+        "untied embeddings (tie_embeddings; MarianMT shares one matrix)": not c.tie_embeddings,
         f"key_size {c.key_size} (one width for queries, keys and values)": c.key_size is not None,
-        "no feed-forward sub-layers": not c.feed_forward,
-        "two vocabularies": c.src_vocab_size != c.tgt_vocab_size,
+        "no feed-forward sub-layers (feed_forward)": not c.feed_forward,
+        "two vocabularies (src_vocab_size, tgt_vocab_size)": c.src_vocab_size != c.tgt_vocab_size,
     }
     found = [what for what, present in refusals.items() if present]
     if found:
@@ -105,7 +106,7 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
     return {name: tensor.detach().clone().contiguous() for name, tensor in state.items()}
 
 
-# %% book/export.md:1007 (cell 29)
+# %% book/export.md:1008 (cell 29)
 def marian_config(model: Transformer):
     """A ``MarianConfig`` of the model's sizes: post-LN, ReLU, embeddings times sqrt(d_model),
     one shared vocabulary, ``<s>`` as the decoder's first token and ``</s>`` as the last."""
@@ -154,7 +155,7 @@ def marian_tokenizer(tokenizer: BPETokenizer):
     )
 
 
-# %% book/export.md:1061 (cell 31)
+# %% book/export.md:1062 (cell 31)
 # What MarianMT computes or ties itself: the sinusoid tables, the zero bias of the logits, and
 # the copies of the shared embedding (§3.4's three-way tying).
 MARIAN_OWN = (
