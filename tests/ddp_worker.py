@@ -23,14 +23,7 @@ def main(out: Path) -> None:
 
     config = training.TrainingConfig(max_steps=6, warmup_steps=2, log_every=2, checkpoint_every=3)
     training.train(
-        model,
-        shard,
-        config,
-        out / "run",
-        d_model=model.d_model,
-        pad_id=0,
-        device="cpu",
-        progress=False,
+        model, shard, config, out / "run", options=training.RunOptions(device="cpu", progress=False)
     )
     torch.save(model.state_dict(), out / f"rank{rank}.pt")
     torch.distributed.destroy_process_group()

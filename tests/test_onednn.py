@@ -262,7 +262,7 @@ def test_other_dtypes_and_code_outside_the_block_are_untouched():
 def toy_training(tmp_path, name: str, products, max_steps: int, resume: bool = False):
     from toy_seq2seq import ToyModel, toy_batches
 
-    from transformer_lib.training import TrainingConfig, train
+    from transformer_lib.training import RunOptions, TrainingConfig, train
 
     config = TrainingConfig(
         max_steps=max_steps, warmup_steps=4, log_every=1, checkpoint_every=3, products=products
@@ -270,9 +270,12 @@ def toy_training(tmp_path, name: str, products, max_steps: int, resume: bool = F
     torch.manual_seed(0)
     model = ToyModel()
     summary = train(
-        model, toy_batches, config, tmp_path / name, d_model=model.d_model, pad_id=0,
-        model_config=model.config, resume=resume, device="cpu", progress=False,
-    )  # fmt: skip
+        model,
+        toy_batches,
+        config,
+        tmp_path / name,
+        options=RunOptions(resume=resume, device="cpu", progress=False),
+    )
     losses = [
         json.loads(line)["loss"]
         for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
@@ -302,12 +305,17 @@ def test_products_it_cannot_give_are_refused(tmp_path, products, device, error):
     not a CPU is a user's choice, one line at the command line (a TransformerLibError)."""
     from toy_seq2seq import ToyModel, toy_batches
 
-    from transformer_lib.training import TrainingConfig, train
+    from transformer_lib.training import RunOptions, TrainingConfig, train
 
     model = ToyModel()
     with pytest.raises(error, match=f"products={products!r} on {device}"):
-        train(model, toy_batches, TrainingConfig(max_steps=1, products=products),
-              tmp_path / "run", d_model=8, pad_id=0, device=device, progress=False)  # fmt: skip
+        train(
+            model,
+            toy_batches,
+            TrainingConfig(max_steps=1, products=products),
+            tmp_path / "run",
+            options=RunOptions(device=device, progress=False),
+        )
 
 
 def test_a_pytorch_without_onednn_is_refused_in_one_sentence(tmp_path, monkeypatch):
@@ -317,7 +325,7 @@ def test_a_pytorch_without_onednn_is_refused_in_one_sentence(tmp_path, monkeypat
     from toy_seq2seq import ToyModel, toy_batches
 
     from transformer_lib.onednn import OneDNNProducts, require_onednn
-    from transformer_lib.training import TrainingConfig, train
+    from transformer_lib.training import RunOptions, TrainingConfig, train
 
     require_onednn()  # this build has it
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
@@ -328,8 +336,13 @@ def test_a_pytorch_without_onednn_is_refused_in_one_sentence(tmp_path, monkeypat
         with pytest.raises(OneDNNError, match="no oneDNN"):
             start()
     with pytest.raises(OneDNNError, match="no oneDNN"):
-        train(ToyModel(), toy_batches, TrainingConfig(max_steps=1, products="onednn"),
-              tmp_path / "run", d_model=8, pad_id=0, device="cpu", progress=False)  # fmt: skip
+        train(
+            ToyModel(),
+            toy_batches,
+            TrainingConfig(max_steps=1, products="onednn"),
+            tmp_path / "run",
+            options=RunOptions(device="cpu", progress=False),
+        )
     assert not (tmp_path / "run").exists()
 
 

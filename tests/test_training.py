@@ -236,14 +236,8 @@ def run(tmp_path, max_steps, resume=False, name="run", time_limit=None, **overri
         toy_batches,
         config,
         tmp_path / name,
-        d_model=model.d_model,
-        pad_id=0,
-        valid_batches=toy_batches(-1)[:2],
-        model_config=model.config,
-        resume=resume,
-        time_limit=time_limit,
-        device="cpu",
-        progress=False,
+        training.Validation(toy_batches(-1)[:2]),
+        training.RunOptions(resume=resume, time_limit=time_limit, device="cpu", progress=False),
     )
     return model, summary
 
@@ -326,12 +320,8 @@ def test_valid_metrics_join_every_validation_record(tmp_path):
         toy_batches,
         config,
         tmp_path / "run",
-        d_model=model.d_model,
-        pad_id=0,
-        valid_batches=toy_batches(-1)[:2],
-        valid_metrics=probe,
-        device="cpu",
-        progress=False,
+        training.Validation(toy_batches(-1)[:2], probe),
+        training.RunOptions(device="cpu", progress=False),
     )
     records = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     valid = [(r["step"], r["probe"]) for r in records if r["kind"] == "valid"]
@@ -375,19 +365,14 @@ def described_run(tmp_path, max_steps, resume, model_config, metadata):
     """A toy run that records ``model_config`` and ``metadata`` as its configuration."""
     torch.manual_seed(0)
     model = ToyModel()
+    model.config = model_config  # what the run records: the weights' shapes stay the same
     config = TrainingConfig(max_steps=max_steps, warmup_steps=4, checkpoint_every=5)
     return training.train(
         model,
         toy_batches,
         config,
         tmp_path / "run",
-        d_model=model.d_model,
-        pad_id=0,
-        model_config=model_config,
-        metadata=metadata,
-        resume=resume,
-        device="cpu",
-        progress=False,
+        options=training.RunOptions(metadata=metadata, resume=resume, device="cpu", progress=False),
     )
 
 
@@ -478,10 +463,7 @@ def test_a_compiled_run_reaches_the_eager_runs_weights_to_rounding(tmp_path):
             toy_batches,
             config,
             tmp_path / str(mode),
-            d_model=8,
-            pad_id=PAD,
-            device="cpu",
-            progress=False,
+            options=training.RunOptions(device="cpu", progress=False),
         )
     eager, compiled = (models[mode].state_dict() for mode in (None, "default"))
     assert list(compiled) == list(eager)  # no wrapper's prefix in the checkpoints' keys
@@ -539,11 +521,8 @@ def test_the_logged_nll_is_the_unsmoothed_cross_entropy_of_the_same_predictions(
         toy_batches,
         config,
         tmp_path / "run",
-        d_model=model.d_model,
-        pad_id=0,
-        valid_batches=toy_batches(-1)[:1],
-        device="cpu",
-        progress=False,
+        training.Validation(toy_batches(-1)[:1]),
+        training.RunOptions(device="cpu", progress=False),
     )
     train_record, valid_record = read_records(tmp_path / "run")
     batch = toy_batches(0)[0]
@@ -617,10 +596,7 @@ def test_training_data_without_a_batch_is_refused(tmp_path):
             lambda epoch: [],
             TrainingConfig(max_steps=2, warmup_steps=1),
             tmp_path / "run",
-            d_model=model.d_model,
-            pad_id=0,
-            device="cpu",
-            progress=False,
+            options=training.RunOptions(device="cpu", progress=False),
         )
 
 
@@ -641,10 +617,7 @@ def test_accumulation_equals_one_big_batch(tmp_path):
             batches,
             TrainingConfig(max_steps=1, warmup_steps=1, accumulation=accumulation),
             tmp_path / f"acc{accumulation}",
-            d_model=model.d_model,
-            pad_id=0,
-            device="cpu",
-            progress=False,
+            options=training.RunOptions(device="cpu", progress=False),
         )
         results.append(model.state_dict())
     for name in results[0]:

@@ -241,7 +241,11 @@ def train_small(folder, **settings) -> tuple[Transformer, list[dict], dict]:
     base = {"max_steps": 5, "warmup_steps": 2, "lr_scale": 0.1, "log_every": 1}
     config = TrainingConfig(**{**base, **settings})
     training.train(
-        model, copy_batches, config, folder, d_model=16, pad_id=PAD, device="cpu", progress=False
+        model,
+        copy_batches,
+        config,
+        folder,
+        options=training.RunOptions(device="cpu", progress=False),
     )
     log = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     return model, log, torch.load(folder / "checkpoints" / "last.pt", weights_only=True)
@@ -322,6 +326,10 @@ def test_packing_another_model_than_the_transformer_is_refused(tmp_path):
     config = TrainingConfig(max_steps=1, packing="masks")
     with pytest.raises(ConfigError, match="ToyModel"):
         training.train(
-            ToyModel(), toy_batches, config, tmp_path / "run", d_model=8, pad_id=PAD, device="cpu"
+            ToyModel(),
+            toy_batches,
+            config,
+            tmp_path / "run",
+            options=training.RunOptions(device="cpu"),
         )
     assert not (tmp_path / "run").exists()

@@ -19,6 +19,7 @@ class ToyConfig:
     vocab_size: int = 13
     d_model: int = 8
     dropout: float = 0.1
+    pad_id: int = PAD
 
 
 class ToyModel(nn.Module):

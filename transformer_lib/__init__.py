@@ -33,6 +33,8 @@ _PUBLIC = {
     # training
     "TrainingConfig": "training",
     "train": "training",
+    "Validation": "training",
+    "RunOptions": "training",
     "train_translation": "recipe",
     "load_checkpoint": "checkpoints",
     # decoding and evaluation

@@ -18,18 +18,20 @@ from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.pretrained import load_pretrained, save_pretrained
 from transformer_lib.recipe import train_translation
 from transformer_lib.tokenizer import BPETokenizer
-from transformer_lib.training import TrainingConfig, train
+from transformer_lib.training import RunOptions, TrainingConfig, Validation, train
 
 __version__: str
 
 __all__ = [
     "BPETokenizer",
     "MultiHeadAttention",
+    "RunOptions",
     "SearchConfig",
     "TrainingConfig",
     "Transformer",
     "TransformerConfig",
     "TransformerLibError",
+    "Validation",
     "average_checkpoints",
     "beam_search",
     "corpus_scores",

@@ -26,7 +26,7 @@ from transformer_lib.decoding import SearchConfig, translate
 from transformer_lib.errors import MissingFileError, TransformerLibError
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.tokenizer import PAD_ID, VOCAB_SIZE, BPETokenizer
-from transformer_lib.training import TrainingConfig, train
+from transformer_lib.training import RunOptions, TrainingConfig, Validation, train
 
 
 class RecipeError(TransformerLibError, ValueError):
@@ -121,7 +121,7 @@ PROFILES = {
 def greedy_bleu(
     tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], batch_size: int = 100
 ) -> Callable[[nn.Module], dict]:
-    """A ``valid_metrics`` for :func:`~transformer_lib.training.train`: the model's greedy
+    """A ``Validation.metrics`` for :func:`~transformer_lib.training.train`: the model's greedy
     translations of the ``pairs``' sources, scored against their targets with sacreBLEU (cased,
     detokenized)."""
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
@@ -340,21 +340,19 @@ def train_translation(
         batches,
         training,
         out,
-        d_model=config.d_model,
-        pad_id=PAD_ID,
-        valid_batches=valid_batches,
-        valid_metrics=greedy_bleu(tokenizer, bleu_pairs) if bleu_pairs else None,
-        model_config=config,
-        metadata=metadata,
-        attachments={"tokenizer": tokenizer.to_json(), "search": search.recorded()},
-        resume=resume,
-        time_limit=time_limit,
-        device=device,
-        progress=progress,
+        Validation(valid_batches, greedy_bleu(tokenizer, bleu_pairs) if bleu_pairs else None),
+        RunOptions(
+            metadata=metadata,
+            attachments={"tokenizer": tokenizer.to_json(), "search": search.recorded()},
+            resume=resume,
+            time_limit=time_limit,
+            device=device,
+            progress=progress,
+        ),
     )
 
 
-# %% book/recipe.md:450 (cell 9)
+# %% book/recipe.md:448 (cell 9)
 def library_hash() -> str:
     """A hash of every module of the library: the identity of the code that trains a run.
 

@@ -312,19 +312,15 @@ class _RunState:
 
 # %% book/training_loop.md:263 (cell 10)
 def _prepare(
-    model: nn.Module,
-    config: TrainingConfig,
-    run_dir: Path,
-    device: torch.device,
-    d_model: int,
-    settings: dict,
+    model: nn.Module, config: TrainingConfig, run_dir: Path, device: torch.device, settings: dict
 ) -> _RunState:
     """The state before the first update: the model on ``device``, a new Adam optimizer with
-    the schedule of formula (3) (fused with ``fused_adam``), and update 0."""
+    the schedule of formula (3) at the model's ``d_model`` (fused with ``fused_adam``), and
+    update 0."""
     model.to(device)
     optimizer, scheduler = make_optimizer(
         model,
-        d_model,
+        model.config.d_model,
         config.warmup_steps,
         config.lr_scale,
         config.betas,
@@ -394,12 +390,8 @@ def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) ->
     """Open metrics.jsonl and the progress bar, fetch the current epoch's batches, switch dropout
     on and start this call's clocks."""
     run.metrics = open(run.run_dir / "metrics.jsonl", "a") if run.rank == 0 else None
-    run.bar = tqdm(
-        total=run.config.max_steps,
-        initial=run.step,
-        disable=not progress or run.rank != 0,
-        unit="step",
-    )
+    hidden = not progress or run.rank != 0
+    run.bar = tqdm(total=run.config.max_steps, initial=run.step, disable=hidden, unit="step")
     run.epoch_batches = batches(run.epoch)
     if not run.epoch_batches:
         raise ValueError("batches(epoch) returned no batch: the training data is empty")
@@ -407,7 +399,7 @@ def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) ->
     run.window_start = run.called = time.perf_counter()
 
 
-# %% book/training_loop.md:371 (cell 12)
+# %% book/training_loop.md:363 (cell 12)
 def _update(
     run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], pad_id: int, autocast
 ) -> bool:
@@ -464,22 +456,19 @@ def _log_window(run: _RunState) -> None:
 
 
 def _maybe_validate(
-    run: _RunState,
-    epoch_ended: bool,
-    valid_batches: Sequence | None,
-    valid_metrics: Callable[[nn.Module], dict] | None,
-    pad_id: int,
+    run: _RunState, epoch_ended: bool, validation: "Validation | None", pad_id: int
 ) -> None:
     """Every ``validate_every`` updates (None: when an epoch ended) and after the last, on rank 0
     and when there are validation batches: a valid record, kept as ``run.last_valid``."""
     every = run.config.validate_every
     due = epoch_ended if every is None else run.step % every == 0
-    if not (due or run.step == run.config.max_steps) or run.rank != 0 or not valid_batches:
+    batches = validation.batches if validation is not None else None
+    if not (due or run.step == run.config.max_steps) or run.rank != 0 or not batches:
         return
-    result = evaluate_loss(run.model, valid_batches, pad_id, run.device)
-    if valid_metrics is not None:
+    result = evaluate_loss(run.model, batches, pad_id, run.device)
+    if validation.metrics is not None:
         run.model.eval()
-        result.update(valid_metrics(run.model))
+        result.update(validation.metrics(run.model))
         run.model.train()
     run.log({"kind": "valid", "step": run.step, "epoch": run.epoch, **result, **run.clocks()})
     run.last_valid = result
@@ -526,7 +515,7 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
         save_checkpoint(state, folder / "last.pt")
 
 
-# %% book/training_loop.md:502 (cell 14)
+# %% book/training_loop.md:491 (cell 14)
 # torch.compile's modes that fuse kernels without recording CUDA graphs (one graph per shape).
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
@@ -552,67 +541,81 @@ def compile_mode(config: TrainingConfig) -> str | None:
     return config.compile
 
 
-# %% book/training_loop.md:531 (cell 16)
+# %% book/training_loop.md:520 (cell 16)
+@dataclass(frozen=True)
+class Validation:
+    """What the loop validates on: ``batches`` (a sequence of batches, as ``batches(epoch)``
+    returns them) for the loss and perplexity, and ``metrics(model)`` -> a dict of further
+    figures (e.g. the BLEU of a greedy translation of some validation sentences), which sees the
+    model in eval mode; None: none."""
+
+    batches: Sequence
+    metrics: Callable[[nn.Module], dict] | None = None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How one call of :func:`train` runs and what its files carry, besides the training itself.
+
+    Attributes:
+        metadata (dict | None): a JSON-able description of the run (e.g. the data and
+            languages), kept in ``config.json`` and every checkpoint and checked on resume.
+        attachments (dict | None): entries added to every checkpoint as they are (e.g. the
+            tokenizer, so that a checkpoint alone can translate); what ``weights_only`` loading
+            accepts.
+        resume (bool): continue from ``run_dir/checkpoints/last.pt``.
+        time_limit (float | None): seconds after which this call stops, after a whole update
+            and with ``checkpoints/last.pt`` written.
+        device (str | torch.device | None): where to train; None: CUDA if available, else the
+            CPU.
+        progress (bool): show a tqdm bar (on rank 0).
+    """
+
+    metadata: dict | None = None
+    attachments: dict | None = None
+    resume: bool = False
+    time_limit: float | None = None
+    device: str | torch.device | None = None
+    progress: bool = True
+
+
 def train(
     model: nn.Module,
     batches: Callable[[int], Sequence],
     config: TrainingConfig,
     run_dir: Path,
-    *,
-    d_model: int,
-    pad_id: int,
-    valid_batches: Sequence | None = None,
-    valid_metrics: Callable[[nn.Module], dict] | None = None,
-    model_config=None,
-    metadata: dict | None = None,
-    attachments: dict | None = None,
-    resume: bool = False,
-    time_limit: float | None = None,
-    device: str | torch.device | None = None,
-    progress: bool = True,
+    validation: Validation | None = None,
+    options: RunOptions = RunOptions(),
 ) -> dict:
     """Train ``model`` (§5) and write ``run_dir/{config.json, metrics.jsonl, checkpoints/}``.
 
     ``batches(epoch)`` returns this process's batches of that epoch, the same list each time.
-    ``model_config`` (a dataclass, e.g. ``TransformerConfig``) is stored with every checkpoint and
-    checked on resume, as is ``metadata`` (a JSON-able description of the run, e.g. the data and
-    languages, kept in ``config.json`` and every checkpoint). ``attachments`` go into every
-    checkpoint as they are (e.g. the tokenizer, so that a checkpoint alone can translate); they
-    must be what ``weights_only`` loading accepts. With ``resume`` the run continues from
-    ``checkpoints/last.pt`` and reaches the same weights, bit for bit, as a run that never stopped.
-    Under ``torchrun`` the model is wrapped in DistributedDataParallel; rank 0 alone writes files.
-    ``time_limit`` (seconds of this call) ends the call early, after a whole update and with
-    ``checkpoints/last.pt`` written, so a run can be split over jobs of limited length; the
-    summary's ``finished`` says whether it got to ``max_steps``.
+    The model's ``config`` (a dataclass, e.g. ``TransformerConfig``) gives the width of formula
+    (3)'s learning rate (``d_model``) and the padding left out of the loss (``pad_id``); it is
+    stored with every checkpoint and checked on resume, as is ``options.metadata``. With
+    ``options.resume`` the run continues from ``checkpoints/last.pt`` and reaches the same
+    weights, bit for bit, as a run that never stopped. Under ``torchrun`` the model is wrapped in
+    DistributedDataParallel; rank 0 alone writes files. ``options.time_limit`` ends the call
+    early, so a run can be split over jobs of limited length; the summary's ``finished`` says
+    whether it got to ``max_steps``.
 
     Every ``log_every`` updates a train record holds the window's smoothed loss, the loss the
     updates minimise (``loss``), and the negative log-likelihood of the same predictions without
     smoothing (``nll``) with its perplexity (``ppl``): those compare with validation's. The loop
-    validates every ``validate_every`` updates and after the last one.
-    ``valid_metrics(model)``, when given, adds its figures (e.g. the BLEU of a greedy translation
-    of some validation sentences) to each validation record; it sees the model in eval mode. Two
+    validates every ``validate_every`` updates and after the last one, on ``validation``. Two
     clocks go into the metrics: ``wall_s`` counts the updates alone, ``elapsed_s`` everything the
     loop did (validation and checkpoints included); both add up over resumed calls.
 
     Args:
-        model: called as ``model(src, tgt_in, src_mask, tgt_mask)``, it returns logits (B, T, V).
+        model: called as ``model(src, tgt_in, src_mask, tgt_mask)``, it returns logits (B, T, V);
+            its ``config`` holds ``d_model`` and ``pad_id``.
         batches: ``batches(epoch)``, this process's batches of that epoch: each with ``src``
             (B, S), ``tgt_in`` and ``tgt_out`` (B, T) int64, ``src_mask``, ``tgt_mask`` and a
             ``.to(device)``, as :func:`~transformer_lib.batching.make_batches` makes them.
         config: how to train.
         run_dir: the run's folder, created if needed.
-        d_model: the model's width, for the learning rate of formula (3).
-        pad_id: the padding id of ``tgt_out``, left out of the loss.
-        valid_batches: batches to measure the validation loss and perplexity on; None: none.
-        valid_metrics: ``valid_metrics(model)`` -> a dict of further validation figures
-            (with ``valid_batches`` only).
-        model_config: the model's configuration dataclass, stored and checked on resume.
-        metadata: a JSON-able description of the run, stored and checked on resume.
-        attachments: entries added to every checkpoint as they are.
-        resume: continue from ``run_dir/checkpoints/last.pt``.
-        time_limit: seconds after which this call stops, after a whole update and a checkpoint.
-        device: where to train; None: CUDA if available, else the CPU.
-        progress: show a tqdm bar (on rank 0).
+        validation: what to validate on; None: nothing.
+        options: how this call runs and what its files carry (:class:`RunOptions`).
 
     Returns:
         A summary: ``step`` and ``epoch`` reached, ``wall_s`` and ``elapsed_s``, ``valid`` (the
@@ -629,17 +632,18 @@ def train(
     Shape:
         B the batch, S the source length, T the target length, V the target vocabulary.
     """
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    o, pad_id = options, model.config.pad_id
+    device = torch.device(o.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     products = onednn_products(config.products, device)  # None: PyTorch's (chapter Performance)
     mode = compile_mode(config)  # checked before a file is written
     check_fast_paths(config, model, device)  # likewise
     settings = {
         "training": jsonable(config),
-        "model": jsonable(model_config) if model_config is not None else None,
-        "run": json.loads(json.dumps(metadata)) if metadata is not None else None,  # as reloaded
+        "model": jsonable(model.config),
+        "run": json.loads(json.dumps(o.metadata)) if o.metadata is not None else None,  # reloaded
     }
-    run = _prepare(model, config, Path(run_dir), device, d_model, settings)
-    if resume:
+    run = _prepare(model, config, Path(run_dir), device, settings)
+    if o.resume:
         _resume(run)
     else:
         _start(run)
@@ -650,32 +654,26 @@ def train(
     autocast = products or torch.autocast(
         device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and config.bf16
     )
-    _open(run, batches, progress)
+    _open(run, batches, o.progress)
     try:
         with compile_limit(config):  # room for a compiled graph per length bucket
             while run.step < config.max_steps:
                 epoch_ended = _update(run, network, batches, pad_id, autocast)
                 _log_window(run)
-                _maybe_validate(run, epoch_ended, valid_batches, valid_metrics, pad_id)
-                out_of_time = _out_of_time(run, time_limit)
-                _maybe_checkpoint(run, out_of_time, attachments)
+                _maybe_validate(run, epoch_ended, validation, pad_id)
+                out_of_time = _out_of_time(run, o.time_limit)
+                _maybe_checkpoint(run, out_of_time, o.attachments)
                 if out_of_time and run.step < config.max_steps:
                     break
     finally:
         run.bar.close()
         if run.metrics is not None:
             run.metrics.close()
-    return {
-        "step": run.step,
-        "epoch": run.epoch,
-        "wall_s": run.wall,
-        "elapsed_s": run.elapsed(),
-        "valid": run.last_valid,
-        "finished": run.step >= config.max_steps,
-    }
+    summary = {"step": run.step, "epoch": run.epoch, "wall_s": run.wall, "elapsed_s": run.elapsed()}
+    return {**summary, "valid": run.last_valid, "finished": run.step >= config.max_steps}
 
 
-# %% book/training_loop.md:768 (cell 22)
+# %% book/training_loop.md:766 (cell 22)
 from functools import partial
 
 from torch.nn.attention.flex_attention import BlockMask
@@ -868,5 +866,7 @@ def distributed_update_step(
 
 __all__ = [
     "TrainingConfig",
+    "Validation",
+    "RunOptions",
     "train",
 ]

@@ -109,7 +109,7 @@ def sweep_tokenizer(
     return tokenizer, path
 
 
-# %% book/sweep.md:962 (cell 28)
+# %% book/sweep.md:961 (cell 28)
 from transformer_lib.book.variant_run import run_variant
 
 
@@ -379,7 +379,7 @@ def run_sweep(
     return written
 
 
-# %% book/sweep.md:1243 (cell 30)
+# %% book/sweep.md:1242 (cell 30)
 def _same_sweep(manifest: dict, other: dict) -> bool:
     """Whether two manifests are of one sweep: profile, language pair and BPE vocabulary."""
     keys = ("src", "tgt", "tokenizer_sha256")

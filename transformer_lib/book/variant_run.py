@@ -28,7 +28,7 @@ from transformer_lib.checkpoints import CheckpointError
 from transformer_lib.decoding import SearchConfig, SentenceGroupedDecoder, translate
 from transformer_lib.evaluation import corpus_scores
 from transformer_lib.tokenizer import BPETokenizer
-from transformer_lib.training import evaluate_loss, train
+from transformer_lib.training import RunOptions, Validation, evaluate_loss, train
 
 logger = logging.getLogger(__name__)
 
@@ -49,14 +49,13 @@ def _train_variant(variant: Variant, pairs, valid_batches, run_dir: Path, device
                 BatchesByLength(pairs, t.max_tokens, t.seed),
                 t,
                 run_dir,
-                d_model=variant.model.d_model,
-                pad_id=variant.model.pad_id,
-                valid_batches=valid_batches,
-                model_config=variant.model,
-                metadata={"sweep": "table3", "variant": variant.name},
-                resume=resume,
-                device=device,
-                progress=progress,
+                Validation(valid_batches),
+                RunOptions(
+                    metadata={"sweep": "table3", "variant": variant.name},
+                    resume=resume,
+                    device=device,
+                    progress=progress,
+                ),
             )
         except CheckpointError as err:
             logger.warning("%s: cannot resume (%s); training it again", variant.name, err)
