@@ -542,7 +542,7 @@ def translate(
     return results
 
 
-# %% book/inference_engine.md:948 (cell 31)
+# %% book/inference_engine.md:917 (cell 32)
 from transformer_lib import onednn
 
 
