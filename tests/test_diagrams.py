@@ -66,7 +66,8 @@ def links(svg: str) -> list[tuple[str, str, list[str]]]:
 
 def resolve(path: str):
     """The object a dotted path names: a module's attribute, a class's attribute, or a sub-module
-    that the class's ``__init__`` assigns (``Transformer.generator``), found in its source."""
+    that the class's ``__init__`` assigns (``Transformer.generator``), found in its source or in
+    a base class's (``Encoder.layers``, made by ``Stack``)."""
     parts = path.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         try:
@@ -77,7 +78,10 @@ def resolve(path: str):
             if hasattr(obj, part):
                 obj = getattr(obj, part)
             elif inspect.isclass(obj) and i == len(parts) - 1:
-                assert f"self.{part} = " in inspect.getsource(obj), path
+                sources = [
+                    inspect.getsource(c) for c in obj.__mro__ if c.__module__ == obj.__module__
+                ]
+                assert any(f"self.{part} = " in source for source in sources), path
                 return obj
             else:
                 raise AssertionError(f"{path}: {part} not found")

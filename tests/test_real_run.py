@@ -42,13 +42,9 @@ def toy_run(folder: Path, time_limit: float | None, resume: bool) -> tuple[ToyMo
         toy_batches,
         config,
         folder,
-        d_model=model.d_model,
-        pad_id=0,
-        model_config=model.config,
-        resume=resume,
-        time_limit=time_limit,
-        device="cpu",
-        progress=False,
+        options=training.RunOptions(
+            resume=resume, time_limit=time_limit, device="cpu", progress=False
+        ),
     )
     return model, summary
 

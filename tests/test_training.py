@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from toy_seq2seq import PAD, ToyModel, toy_batches
 
-from transformer_lib import recipe, training
+from transformer_lib import objective, recipe, training
 from transformer_lib.checkpoints import (
     CheckpointError,
     load_checkpoint,
@@ -26,8 +26,8 @@ from transformer_lib.checkpoints import (
     save_checkpoint,
     set_rng_state,
 )
+from transformer_lib.objective import TrainingConfig, label_smoothed_loss, smoothed_targets
 from transformer_lib.schedule import cooldown, make_optimizer, rate
-from transformer_lib.training import TrainingConfig, label_smoothed_loss, smoothed_targets
 
 # ---------------------------------------------------------------------------- the schedule
 
@@ -629,7 +629,7 @@ def test_the_distributed_update_is_the_update_on_one_process_bit_for_bit():
     chapter's update_step: the same weights, optimizer state and sums, bit for bit, with dropout,
     smoothing, clipping and accumulation over batches of different sizes."""
     results = []
-    for step in (training.update_step, training.distributed_update_step):
+    for step in (objective.update_step, training.distributed_update_step):
         torch.manual_seed(0)
         model = ToyModel(dropout=0.1)
         optimizer, scheduler = make_optimizer(model, model.d_model, warmup_steps=2)

@@ -25,15 +25,14 @@ from transformer_lib import training
 from transformer_lib.batching import collate
 from transformer_lib.errors import ConfigError
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.schedule import make_optimizer, rate
-from transformer_lib.training import (
+from transformer_lib.objective import TrainingConfig, label_smoothed_loss
+from transformer_lib.packing import (
     PackedTransformer,
-    TrainingConfig,
-    label_smoothed_loss,
     pack_batch,
     sentence_block_mask,
     sentence_mask,
 )
+from transformer_lib.schedule import make_optimizer, rate
 
 PAD = 0
 PAIRS = [  # sentence pairs of different lengths, without special tokens

@@ -358,9 +358,9 @@ def levers(args: argparse.Namespace) -> None:
     from transformer_lib.batching import BatchesByLength, encode_pairs
     from transformer_lib.data import load_multi30k
     from transformer_lib.model import Transformer
+    from transformer_lib.objective import update_step
     from transformer_lib.schedule import make_optimizer
     from transformer_lib.tokenizer import PAD_ID, BPETokenizer
-    from transformer_lib.training import update_step
 
     torch.set_num_threads(CORES // PROCESSES)
     profile = leader_profile()

@@ -97,7 +97,7 @@ class Candidate:
         """Wall seconds of one training update per batch, over ``batches``."""
         import torch
 
-        from transformer_lib.training import update_step
+        from transformer_lib.objective import update_step
 
         started = time.perf_counter()
         for batch in batches:

@@ -31,7 +31,7 @@ _PUBLIC = {
     "BPETokenizer": "tokenizer",
     "make_batches": "batching",
     # training
-    "TrainingConfig": "training",
+    "TrainingConfig": "objective",
     "train": "training",
     "Validation": "training",
     "RunOptions": "training",

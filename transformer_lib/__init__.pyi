@@ -15,10 +15,11 @@ from transformer_lib.errors import TransformerLibError
 from transformer_lib.evaluation import average_checkpoints, corpus_scores, evaluate_split
 from transformer_lib.marian import save_huggingface
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.objective import TrainingConfig
 from transformer_lib.pretrained import load_pretrained, save_pretrained
 from transformer_lib.recipe import train_translation
 from transformer_lib.tokenizer import BPETokenizer
-from transformer_lib.training import RunOptions, TrainingConfig, Validation, train
+from transformer_lib.training import RunOptions, Validation, train
 
 __version__: str
 

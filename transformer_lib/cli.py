@@ -76,33 +76,24 @@ def add_train_command(commands) -> None:
     command.add_argument(
         "--profile", required=True, choices=["ci", "laptop", "full"], help="run size"
     )
-    command.add_argument(
-        "--src", required=True, help="source language: de or en on Multi30k, any name with --train"
-    )
-    command.add_argument(
-        "--tgt", required=True, help="target language: de or en on Multi30k, any name with --train"
-    )
+    for option, side in [("--src", "source"), ("--tgt", "target")]:
+        text = f"{side} language: de or en on Multi30k, any name with --train"
+        command.add_argument(option, required=True, help=text)
     command.add_argument("--out", required=True, type=Path, help="the run folder")
     command.add_argument("--resume", action="store_true", help="continue from checkpoints/last.pt")
     command.add_argument("--max-steps", type=int, help="train to this many updates instead")
     command.add_argument("--seed", type=int, help="another seed than the profile's")
     compile_help = "run the updates through torch.compile (chapter Performance: when it pays)"
     command.add_argument("--compile", action="store_const", const="default", help=compile_help)
-    command.add_argument(
-        "--time-limit", type=float, help="stop after this many seconds, ready for --resume"
-    )
+    limit_help = "stop after this many seconds, ready for --resume"
+    command.add_argument("--time-limit", type=float, help=limit_help)
     command.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files")
     own = command.add_argument_group(
         "your own corpus", "aligned files, one sentence a line, plain or gzipped UTF-8"
     )
     for option, what in [("--train", "training"), ("--valid", "validation")]:
-        own.add_argument(
-            option,
-            nargs=2,
-            type=Path,
-            metavar=("SRC_FILE", "TGT_FILE"),
-            help=f"the {what} sentences and their translations, instead of Multi30k's",
-        )
+        text = f"the {what} sentences and their translations, instead of Multi30k's"
+        own.add_argument(option, nargs=2, type=Path, metavar=("SRC_FILE", "TGT_FILE"), help=text)
     command.add_argument("--quiet", action="store_true", help="no progress bar")
     command.set_defaults(run=run_train)
 
@@ -197,7 +188,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:514 (cell 19)
+# %% book/command_line.md:505 (cell 19)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -224,7 +215,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:616 (cell 23)
+# %% book/command_line.md:607 (cell 23)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -354,7 +345,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:786 (cell 27)
+# %% book/command_line.md:777 (cell 27)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

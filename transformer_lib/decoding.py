@@ -227,9 +227,8 @@ class KeyValueCache:
     """
 
     def __init__(self, keys=None, values=None, linear=None, source=None):
-        self.keys, self.values = keys, values
+        self.keys, self.values, self.linear, self.source = keys, values, linear, source
         self.length = 0 if keys is None else keys.shape[2]  # positions held
-        self.linear, self.source = linear, source
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """The keys and values of the earlier positions, then those of the new ones, k (B, h, L,
@@ -508,41 +507,53 @@ def translate(
     model.eval()
     device = next(model.parameters()).device
     limit = model.config.max_len  # positions of the encoder, and output tokens of the decoder
+
+    def search_batch(sources: list[list[int]], search: SearchConfig) -> list[list[int]]:
+        lengths = [len(ids) + 1 for ids in sources]  # + </s>
+        src = torch.full((len(sources), max(lengths)), model.config.pad_id, dtype=torch.long)
+        for row, ids in enumerate(sources):
+            src[row, : lengths[row]] = torch.tensor(ids + [EOS_ID])
+        src = src.to(device)
+        max_lengths = torch.tensor(lengths, device=device).add(search.extra_length)
+        max_lengths = max_lengths.clamp(max=limit)
+        state = decoder_state(model, src)
+        if search.beam_size == 1:
+            return greedy_search(state, BOS_ID, EOS_ID, max_lengths)
+        found = beam_search(state, BOS_ID, EOS_ID, max_lengths, search.beam_size, search.alpha)
+        return [hypothesis.tokens for hypothesis in found]
+
+    results = in_batches(tokenizer, sentences, limit, search, search_batch, progress)
+    model.train(was_training)
+    return results
+
+
+def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=False) -> list[str]:
+    """The translations of ``sentences`` by ``search_batch(sources, search)`` (the token ids of
+    up to ``search.batch_size`` sentences, without ``</s>``, to output ids): empty lines stay
+    empty, a sentence longer than ``limit - 1`` tokens is cut to fit with a warning, and
+    sentences of similar length are searched together. ``translate`` and the CTranslate2
+    engine's share it."""
     encoded = tokenizer.encode_batch(list(sentences))
     for number, ids in enumerate(encoded):
         if len(ids) + 1 > limit:
             warnings.warn(
                 f"sentence {number + 1} has {len(ids)} tokens; the model reads at most "
                 f"{limit - 1}: translating its beginning only",
-                stacklevel=2,
+                stacklevel=3,  # the caller of translate
             )
             encoded[number] = ids[: limit - 1]
     todo = [i for i, text in enumerate(sentences) if text.strip()]
     todo.sort(key=lambda i: len(encoded[i]), reverse=True)  # similar lengths share a batch
-    results = [""] * len(sentences)
-    size = search.batch_size
+    results, size = [""] * len(sentences), search.batch_size
     batches = [todo[i : i + size] for i in range(0, len(todo), size)]
     for batch in tqdm(batches, disable=not progress, unit="batch", desc="translating"):
-        lengths = [len(encoded[i]) + 1 for i in batch]  # + </s>
-        src = torch.full((len(batch), max(lengths)), model.config.pad_id, dtype=torch.long)
-        for row, i in enumerate(batch):
-            src[row, : lengths[row]] = torch.tensor(encoded[i] + [EOS_ID])
-        src = src.to(device)
-        max_lengths = torch.tensor(lengths, device=device).add(search.extra_length)
-        max_lengths = max_lengths.clamp(max=limit)
-        state = decoder_state(model, src)
-        if search.beam_size == 1:
-            outputs = greedy_search(state, BOS_ID, EOS_ID, max_lengths)
-        else:
-            found = beam_search(state, BOS_ID, EOS_ID, max_lengths, search.beam_size, search.alpha)
-            outputs = [hypothesis.tokens for hypothesis in found]
+        outputs = search_batch([encoded[i] for i in batch], search)
         for i, text in zip(batch, tokenizer.decode_batch(outputs), strict=True):
             results[i] = text
-    model.train(was_training)
     return results
 
 
-# %% book/inference_engine.md:917 (cell 32)
+# %% book/inference_engine.md:897 (cell 32)
 from transformer_lib import onednn
 
 
@@ -579,11 +590,9 @@ class OneDNNDecoder(SentenceGroupedDecoder):
         cache = self.cache
         if self.model.training or not cache.side.grouped:  # dropout, or rows read by index
             return super().step(tokens)  # the model's own forward
-        decoder = self.model.decoder
-        x = decoder.positions(decoder.embeddings(tokens[:, None]), cache.length)[:, 0]  # (N, d)
-        logits = self.flat_step(x, cache)  # (N, V)
-        cache.length += 1
-        return logits
+        decoder, (offset, _) = self.model.decoder, cache.step(tokens[:, None])  # one position
+        x = decoder.positions(decoder.embeddings(tokens[:, None]), offset)[:, 0]  # (N, d_model)
+        return self.flat_step(x, cache)  # (N, V)
 
 
 __all__ = [

@@ -7,14 +7,12 @@
 translating and scoring with the rules of ``transformer_lib.decoding.translate``."""
 
 import tempfile
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
-from transformer_lib.decoding import SearchConfig, length_penalty, model_search
+from transformer_lib.decoding import SearchConfig, in_batches, length_penalty, model_search
 from transformer_lib.errors import TransformerLibError
 
 INSTALL = "pip install 'transformer_lib[fast]' (or: pip install ctranslate2)"
@@ -36,7 +34,7 @@ def require_ctranslate2():
     return ctranslate2
 
 
-# %% book/inference_engine.md:257 (cell 10)
+# %% book/inference_engine.md:255 (cell 10)
 def _array(tensor: torch.Tensor):
     """A float32 NumPy copy, as CTranslate2's specification holds its weights."""
     return tensor.detach().to("cpu", torch.float32).numpy().copy()
@@ -89,7 +87,7 @@ def _check_convertible(model, tokenizer) -> None:
         )
 
 
-# %% book/inference_engine.md:313 (cell 12)
+# %% book/inference_engine.md:311 (cell 12)
 def vocabulary(tokenizer) -> list[str]:
     """The tokenizer's pieces in id order: CTranslate2 knows a token by its place in this list."""
     return [tokenizer.tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
@@ -161,7 +159,7 @@ def convert_to_ctranslate2(
     return folder
 
 
-# %% book/inference_engine.md:392 (cell 14)
+# %% book/inference_engine.md:390 (cell 14)
 class CTranslate2Translator:
     """Our model run by CTranslate2: ``translate`` by the rules of the library's ``translate``
     (the model's own search by default, the same tokenizer, length limits and batching), and
@@ -240,25 +238,7 @@ class CTranslate2Translator:
         model's own): empty lines stay empty, too long ones are cut with a warning, and sentences
         of similar length are searched together, ``search.batch_size`` at a time."""
         search = search or self.default_search
-        encoded = self.tokenizer.encode_batch(list(sentences))
-        for number, ids in enumerate(encoded):
-            if len(ids) + 1 > self.max_len:
-                warnings.warn(
-                    f"sentence {number + 1} has {len(ids)} tokens; the model reads at most "
-                    f"{self.max_len - 1}: translating its beginning only",
-                    stacklevel=2,
-                )
-                encoded[number] = ids[: self.max_len - 1]
-        todo = [i for i, text in enumerate(sentences) if text.strip()]
-        todo.sort(key=lambda i: len(encoded[i]), reverse=True)  # similar lengths share a batch
-        results = [""] * len(sentences)
-        size = search.batch_size
-        batches = [todo[i : i + size] for i in range(0, len(todo), size)]
-        for batch in tqdm(batches, disable=not progress, unit="batch", desc="translating"):
-            outputs = self.search([encoded[i] for i in batch], search)
-            for i, text in zip(batch, self.tokenizer.decode_batch(outputs), strict=True):
-                results[i] = text
-        return results
+        return in_batches(self.tokenizer, sentences, self.max_len, search, self.search, progress)
 
     def score(
         self, sources: Sequence[list[int]], targets: Sequence[list[int]]
@@ -273,7 +253,7 @@ class CTranslate2Translator:
         return [list(result.log_probs) for result in found]
 
 
-# %% book/inference_engine.md:509 (cell 16)
+# %% book/inference_engine.md:489 (cell 16)
 from collections.abc import Callable
 
 from transformer_lib.decoding import OneDNNDecoder, SentenceGroupedDecoder, translate

@@ -253,19 +253,28 @@ def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:578 (cell 33)
-class Encoder(nn.Module):
-    """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model).
+# %% book/model.md:579 (cell 33)
+class Stack(nn.Module):
+    """What the encoder and the decoder share (§3.1): the embeddings, the positions, N layers of
+    the stack's ``layer`` class, and, pre-LN only, a last LayerNorm."""
 
-    ``positions`` (B, S): each token's position, for packed sentences (see PositionalEncoding).
-    """
+    layer: type[nn.Module]
 
     def __init__(self, c: TransformerConfig, embeddings: Embeddings):
         super().__init__()
         self.embeddings = embeddings
         self.positions = PositionalEncoding(c.d_model, c.max_len, c.dropout, c.positional)
-        self.layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_layers))
+        self.layers = nn.ModuleList(self.layer(c) for _ in range(c.n_layers))
         self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+
+
+class Encoder(Stack):
+    """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model).
+
+    ``positions`` (B, S): each token's position, for packed sentences (see PositionalEncoding).
+    """
+
+    layer = EncoderLayer
 
     def forward(self, src: Tensor, src_mask: Tensor | None, positions=None) -> Tensor:
         x = self.positions(self.embeddings(src), positions=positions)
@@ -274,18 +283,13 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 
-class Decoder(nn.Module):
+class Decoder(Stack):
     """Embeddings, positions and N decoder layers (§3.1). (B, T) int64 -> (B, T, d_model).
 
     ``positions`` (B, T): each token's position, for packed sentences (see PositionalEncoding).
     """
 
-    def __init__(self, c: TransformerConfig, embeddings: Embeddings):
-        super().__init__()
-        self.embeddings = embeddings
-        self.positions = PositionalEncoding(c.d_model, c.max_len, c.dropout, c.positional)
-        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layers))
-        self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+    layer = DecoderLayer
 
     def forward(
         self, tgt, memory, src_mask, tgt_mask, need_weights=False, positions=None, cache=None
@@ -407,7 +411,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
 
 
-# %% book/command_line.md:959 (cell 33)
+# %% book/command_line.md:950 (cell 33)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 

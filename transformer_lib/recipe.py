@@ -70,11 +70,7 @@ PROFILES = {
         vocab_size=2000,  # on a CPU the projection onto the vocabulary dominates the cost
     ),
     "laptop": Profile(
-        # The second search of tools/laptop_search.py: at equal compute a 4,000-piece vocabulary
-        # led (its projection is most of an update at width 128), so the hour buys more updates.
-        # Two layers a stack led a longer rung, but over the whole hour they tied three in
-        # German -> English and lost in English -> German. oneDNN's products then made an update
-        # cheaper, and the saving bought width 192 (chapter "How the profiles were chosen").
+        # Chosen by tools/laptop_search.py on validation (chapter "How the profiles were chosen").
         model=TransformerConfig(
             VOCAB_SIZE, VOCAB_SIZE, d_model=192, d_ff=768, n_heads=3, n_layers=3, dropout=0.2
         ),
@@ -117,7 +113,7 @@ PROFILES = {
 }
 
 
-# %% book/recipe.md:161 (cell 4)
+# %% book/recipe.md:157 (cell 4)
 def greedy_bleu(
     tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], batch_size: int = 100
 ) -> Callable[[nn.Module], dict]:
@@ -228,7 +224,7 @@ def _shared_out(training: TrainingConfig, world: int, name: str) -> TrainingConf
     return dataclasses.replace(training, max_tokens=training.max_tokens // world)
 
 
-# %% book/recipe.md:273 (cell 5)
+# %% book/recipe.md:269 (cell 5)
 def train_translation(
     profile: str | Profile,
     src: str,
@@ -352,7 +348,7 @@ def train_translation(
     )
 
 
-# %% book/recipe.md:448 (cell 9)
+# %% book/recipe.md:444 (cell 9)
 def library_hash() -> str:
     """A hash of every module of the library: the identity of the code that trains a run.
 

@@ -83,8 +83,8 @@ import torch
 
 from transformer_lib.batching import collate
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.objective import label_smoothed_loss, smoothed_targets
 from transformer_lib.schedule import make_optimizer
-from transformer_lib.training import label_smoothed_loss, smoothed_targets
 
 
 # %% book/solutions.md:489 (cell 34)
