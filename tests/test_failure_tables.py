@@ -22,7 +22,8 @@ PART_II = [
     for entry in part["chapters"]
 ]
 NAMED = re.compile(r"tests/test_\w+\.py::\w+")
-CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)
+# A cell's source, after its short options (``:tags: [hide-input]`` collapses it on the website).
+CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(?::[^\n]*\n)*(.*?)^```", flags=re.M | re.S)
 
 
 def table_rows(section: str) -> list[tuple]:
