@@ -157,7 +157,7 @@ def run_anatomy() -> str:
     check_run_steps()
     steps = {step.name: step for step in RUN_STEPS}
     c, cx, w, gap = Canvas(), 300, 330, 24
-    c.text(cx, 18, "train(model, batches, config, run_dir, resume, time_limit, ...)", 12, mono=True)
+    c.text(cx, 18, "train(model, batches, config, run_dir, validation, options)", 12, mono=True)
     c.arrow((cx, 26), (cx, 26 + gap))
     y = 26 + gap + _step_box(c, steps["_prepare"], cx, 26 + gap, w)
     bottoms = []
