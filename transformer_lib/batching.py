@@ -126,7 +126,7 @@ def plan_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:626 (cell 24)
+# %% book/data_pipeline.md:636 (cell 24)
 def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int = 1) -> None:
     """Refuse what plan_batches cannot plan: a pair longer than the budget on either side
     (named, with what to do); for plan_shared_batches, no process or fewer pairs than processes."""

@@ -348,7 +348,7 @@ def _rows(tensors: tuple[Tensor, ...], rows: Tensor, room: int | None = None):
     return copies
 
 
-# %% book/translating.md:60 (cell 4)
+# %% book/translating.md:66 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's.
@@ -390,7 +390,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:126 (cell 6)
+# %% book/translating.md:132 (cell 6)
 def model_search(model) -> SearchConfig:
     """The search :func:`translate` runs when it is given none: ``model.search``, the model's
     own (``load_pretrained`` and ``load_translator`` set it from the model's files), else §6.1's
@@ -399,7 +399,7 @@ def model_search(model) -> SearchConfig:
     return search if isinstance(search, SearchConfig) else SearchConfig()
 
 
-# %% book/translating.md:179 (cell 9)
+# %% book/translating.md:185 (cell 9)
 class SentenceSide(SourceSide):
     """The encoder side once per sentence, not once per row: the source mask ``mask`` (n, 1, 1,
     S) and every layer's keys and values have a row per sentence, and a sentence's k rows read
@@ -438,7 +438,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:269 (cell 13)
+# %% book/translating.md:275 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 

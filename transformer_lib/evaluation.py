@@ -37,7 +37,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:399 (cell 15)
+# %% book/translating.md:409 (cell 15)
 def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
     """Refuse state dicts that cannot be averaged: none at all, or two with different keys or
     shapes (the error names the first difference)."""
@@ -61,7 +61,7 @@ def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
                 )
 
 
-# %% book/translating.md:424 (cell 16)
+# %% book/translating.md:434 (cell 16)
 from transformer_lib.training import RESUMABLE_CHANGES
 
 
@@ -137,7 +137,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:511 (cell 18)
+# %% book/translating.md:526 (cell 18)
 def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False
 ) -> dict:
@@ -181,7 +181,7 @@ def corpus_scores(
     }
 
 
-# %% book/translating.md:565 (cell 20)
+# %% book/translating.md:580 (cell 20)
 import json
 from collections.abc import Callable
 

@@ -43,7 +43,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:400 (cell 19)
+# %% book/data_pipeline.md:410 (cell 19)
 import os
 from pathlib import Path
 
