@@ -49,7 +49,7 @@ ROWS, STEP = 256, 10  # the compiled-step comparison: a batch of 256 sentences a
 
 def sources(model) -> list[str]:
     """The test set's source sentences, in the model's own source language."""
-    pairs = load_multi30k("test_2016_flickr", model.run["src"], model.run["tgt"])
+    pairs = load_multi30k("test_2016_flickr", model.record.run["src"], model.record.run["tgt"])
     return [source for source, _ in pairs]
 
 

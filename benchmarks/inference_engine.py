@@ -122,7 +122,8 @@ def load(args: argparse.Namespace) -> tuple[Transformer, BPETokenizer, dict]:
     model, tokenizer = load_pretrained(args.model)
     folder = model_folder(args.model)
     about = {"model": args.model, "model_sha256": sha256(folder / "model.safetensors")}
-    return model, tokenizer, {**about, "src": model.run["src"], "tgt": model.run["tgt"]}
+    run = model.record.run
+    return model, tokenizer, {**about, "src": run["src"], "tgt": run["tgt"]}
 
 
 def engines(model, tokenizer, threads: int, apart: dict | None = None) -> dict:

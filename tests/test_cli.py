@@ -280,9 +280,10 @@ def test_the_search_is_the_models_own_and_an_option_replaces_its_setting(options
 
     from transformer_lib.cli import _search, build_parser
     from transformer_lib.decoding import SearchConfig
+    from transformer_lib.pretrained import ModelRecord
 
     args = build_parser().parse_args(["translate", "--model", "m", *options, "--batch-size", "8"])
-    model = SimpleNamespace(search=None if own is None else SearchConfig(*own))
+    model = SimpleNamespace(record=None if own is None else ModelRecord(SearchConfig(*own)))
     found = _search(args, model)
     assert (found.beam_size, found.alpha, found.extra_length, found.batch_size) == (*expected, 8)
     assert _search(args).beam_size == (expected[0] if "--beam" in options else 4)  # no model yet

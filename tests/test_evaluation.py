@@ -192,7 +192,8 @@ def test_load_translator_gives_the_model_the_search_its_checkpoint_records(
 
     translation_checkpoint(tmp_path / "last.pt", **recorded)
     model, _, _ = load_translator(tmp_path / "last.pt")
-    assert (model.search.beam_size, model.search.alpha, model.search.extra_length) == expected
+    search = model.record.search
+    assert (search.beam_size, search.alpha, search.extra_length) == expected
 
 
 def test_a_checkpoint_with_unreadable_search_settings_is_refused(tmp_path):

@@ -100,7 +100,8 @@ def test_a_name_downloads_into_the_cache_and_then_needs_no_site(installed, site,
     monkeypatch.setenv("TRANSFORMER_LIB_MODELS_URL", "http://127.0.0.1:9/")  # nothing listens
     again, _ = load_pretrained(NAME)  # from the cache, without the site
     alpha = json.loads((folder / "bleu.json").read_text())["alpha"]
-    assert again.search == reference.search and again.search.alpha == alpha  # the report came too
+    search = again.record.search
+    assert search == reference.record.search and search.alpha == alpha  # the report came too
 
 
 def test_a_file_of_another_version_is_refused_and_nothing_is_kept(installed, site):

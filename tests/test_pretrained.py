@@ -59,7 +59,7 @@ def test_a_saved_folder_reloads_into_the_same_model(folder, tokenizer):
     original = small_model(tokenizer.vocab_size)
     model, reloaded_tokenizer = load_pretrained(folder)
     assert not model.training
-    assert model.config == original.config and model.run["tgt"] == "en"
+    assert model.config == original.config and model.record.run["tgt"] == "en"
     mine, theirs = original.state_dict(), model.state_dict()
     assert mine.keys() == theirs.keys()
     assert all(torch.equal(mine[name], theirs[name]) for name in mine)
@@ -221,16 +221,16 @@ def test_the_search_travels_in_config_json_and_comes_back_as_model_search(tmp_pa
     config = json.loads((tmp_path / "a" / "config.json").read_text())
     assert config["search"] == {"beam_size": 2, "alpha": 1.1, "extra_length": 9}
     loaded, _ = load_pretrained(tmp_path / "a")
-    assert loaded.search == SearchConfig(2, 1.1, 9)
+    assert loaded.record.search == SearchConfig(2, 1.1, 9)
     save_pretrained(loaded, tokenizer, run, tmp_path / "b")  # the model's own goes with it
-    assert load_pretrained(tmp_path / "b")[0].search == SearchConfig(2, 1.1, 9)
+    assert load_pretrained(tmp_path / "b")[0].record.search == SearchConfig(2, 1.1, 9)
 
 
 def test_a_folder_without_a_search_entry_is_searched_as_its_report_scored_it(folder):
-    assert load_pretrained(folder)[0].search == SearchConfig()  # no report either: §6.1's
+    assert load_pretrained(folder)[0].record.search == SearchConfig()  # no report either: §6.1's
     report = {"beam_size": 3, "alpha": 1.3, "max_length": "input + 20"}
     (folder / "bleu.json").write_text(json.dumps(report))
-    assert load_pretrained(folder)[0].search == SearchConfig(3, 1.3, 20)
+    assert load_pretrained(folder)[0].record.search == SearchConfig(3, 1.3, 20)
     (folder / "bleu.json").write_text(json.dumps({**report, "max_length": "twice the input"}))
     with pytest.raises(PretrainedError, match="search settings"):
         load_pretrained(folder)
@@ -239,7 +239,7 @@ def test_a_folder_without_a_search_entry_is_searched_as_its_report_scored_it(fol
 @pytest.mark.parametrize("folder", SHIPPED, ids=[folder.name for folder in SHIPPED])
 def test_each_shipped_model_is_searched_as_its_report(folder):
     bleu = json.loads((folder / "bleu.json").read_text())
-    search = load_pretrained(folder)[0].search
+    search = load_pretrained(folder)[0].record.search
     assert (search.beam_size, search.alpha) == (bleu["beam_size"], bleu["alpha"])
     assert f"input + {search.extra_length}" == bleu["max_length"]
 
@@ -260,7 +260,7 @@ def test_python_and_the_command_line_translate_a_shipped_model_alike():
     assert done.stdout.splitlines() == python
     committed = (RESULTS_DIR / name / hypotheses_name("test_2016_flickr", "en")).read_text()
     assert python[:6] == committed.splitlines()[:6]  # the report's search, α 1.8
-    paper = dataclasses.replace(model.search, alpha=0.6)
+    paper = dataclasses.replace(model.record.search, alpha=0.6)
     python_06 = translate(model, tokenizer, sources, paper)
     done = run_cli("translate", "--model", name, "--alpha", "0.6", stdin="\n".join(sources) + "\n")
     assert done.returncode == 0, done.stderr

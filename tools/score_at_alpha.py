@@ -33,7 +33,7 @@ def score_at_alpha(name: str, alpha: float, out: Path) -> dict:
     folder = model_folder(name)
     model, tokenizer = load_pretrained(folder)  # its files checked against their SHA-256
     report = json.loads((folder / "bleu.json").read_text())
-    search = dataclasses.replace(model.search, alpha=alpha)  # the report's search but alpha
+    search = dataclasses.replace(model.record.search, alpha=alpha)  # the report's search but alpha
     keep = ("src", "tgt", "beam_size", "max_length", "averaged_steps", "limit")
     scored = {key: report[key] for key in keep} | {"alpha": alpha, "splits": {}}
     scored["model"] = {"folder": folder.name, "sha256": sha256(folder / "model.safetensors")}

@@ -48,6 +48,7 @@ _PUBLIC = {
     # the shipped models
     "load_pretrained": "pretrained",
     "save_pretrained": "pretrained",
+    "ModelRecord": "pretrained",
     # the model for another runtime: a Hugging Face MarianMT folder
     "save_huggingface": "marian",
     # the base of every error a user can fix (a bad file, option or download)

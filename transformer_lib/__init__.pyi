@@ -16,7 +16,7 @@ from transformer_lib.evaluation import average_checkpoints, corpus_scores, evalu
 from transformer_lib.marian import save_huggingface
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.objective import TrainingConfig
-from transformer_lib.pretrained import load_pretrained, save_pretrained
+from transformer_lib.pretrained import ModelRecord, load_pretrained, save_pretrained
 from transformer_lib.recipe import train_translation
 from transformer_lib.tokenizer import BPETokenizer
 from transformer_lib.training import RunOptions, Validation, train
@@ -25,6 +25,7 @@ __version__: str
 
 __all__ = [
     "BPETokenizer",
+    "ModelRecord",
     "MultiHeadAttention",
     "RunOptions",
     "SearchConfig",

@@ -273,7 +273,7 @@ def _load(args: argparse.Namespace):
         from transformer_lib.pretrained import load_pretrained
 
         model, tokenizer = load_pretrained(args.model, device)
-        return model, tokenizer, model.run, {"model": args.model}
+        return model, tokenizer, model.record.run, {"model": args.model}
     from transformer_lib.evaluation import load_translator
 
     if not args.checkpoint.is_file():
@@ -414,10 +414,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         f"{args.split} {run['src']}->{run['tgt']}, {scores['sentences']} sentences, "
         f"beam {search.beam_size}, alpha {search.alpha}"
     )
-    print(scores["bleu_detail"])
-    print(f"chrF = {scores['chrf']:.2f}")
-    print(f"BLEU signature: {scores['bleu_signature']}")
-    print(f"wrote {out} and {hypotheses_path}")
+    print(scores["bleu_detail"], f"chrF = {scores['chrf']:.2f}", sep="\n")
+    print(f"BLEU signature: {scores['bleu_signature']}\nwrote {out} and {hypotheses_path}")
     return 0
 
 

@@ -390,16 +390,16 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:132 (cell 6)
+# %% book/translating.md:133 (cell 6)
 def model_search(model) -> SearchConfig:
-    """The search :func:`translate` runs when it is given none: ``model.search``, the model's
-    own (``load_pretrained`` and ``load_translator`` set it from the model's files), else §6.1's
-    ``SearchConfig()``."""
-    search = getattr(model, "search", None)  # a model built in code has none
-    return search if isinstance(search, SearchConfig) else SearchConfig()
+    """The search :func:`translate` runs when it is given none: ``model.record.search``, the
+    model's own (``load_pretrained`` and ``load_translator`` record it from the model's files),
+    else §6.1's ``SearchConfig()``."""
+    record = getattr(model, "record", None)  # a model built in code has none
+    return record.search if record is not None else SearchConfig()
 
 
-# %% book/translating.md:185 (cell 9)
+# %% book/translating.md:186 (cell 9)
 class SentenceSide(SourceSide):
     """The encoder side once per sentence, not once per row: the source mask ``mask`` (n, 1, 1,
     S) and every layer's keys and values have a row per sentence, and a sentence's k rows read
@@ -438,7 +438,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:275 (cell 13)
+# %% book/translating.md:276 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -486,7 +486,7 @@ def translate(
         tokenizer: the tokenizer of the run that trained ``model``.
         sentences: the source sentences, detokenized text.
         search: the search's settings; None: :func:`model_search`, the model's own
-            (``model.search``), else §6.1's.
+            (``model.record.search``), else §6.1's.
         progress: show a tqdm bar over the batches.
         decoder_state: the searches' state; None: :func:`default_decoder_state`, the fastest
             the library has for the model's weights (keys and values cached, the encoder
@@ -553,7 +553,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:897 (cell 32)
+# %% book/inference_engine.md:892 (cell 32)
 from transformer_lib import onednn
 
 

@@ -62,22 +62,17 @@ def _position_table(stack, d_model: int) -> torch.Tensor:
 
 def _check_convertible(model, tokenizer) -> None:
     c = model.config
-    if c.key_size is not None:
+    refusals = {  # what CTranslate2's layers cannot hold, each naming its option
+        f"key_size {c.key_size} (one width for queries, keys and values)": c.key_size is not None,
+        "no feed-forward sub-layers (feed_forward False)": not c.feed_forward,
+        f"two vocabularies (src_vocab_size {c.src_vocab_size}, tgt_vocab_size "
+        f"{c.tgt_vocab_size}; the engine is given one tokenizer)": c.src_vocab_size
+        != c.tgt_vocab_size,
+    }
+    if found := [what for what, present in refusals.items() if present]:
         raise EngineError(
-            f"this model has key_size {c.key_size} (narrower queries and keys, Table 3 row B), "
-            "and CTranslate2's attention has one width for queries, keys and values: translate "
-            "it with our own decoder"
-        )
-    if not c.feed_forward:
-        raise EngineError(
-            "this model has no feed-forward sub-layers (feed_forward False), which CTranslate2's "
-            "layers always have: translate it with our own decoder"
-        )
-    if c.src_vocab_size != c.tgt_vocab_size:
-        raise EngineError(
-            f"this model has two vocabularies (src_vocab_size {c.src_vocab_size}, tgt_vocab_size "
-            f"{c.tgt_vocab_size}) and the engine is given one tokenizer's: translate it with our "
-            "own decoder"
+            f"this model has {', '.join(found)}, which CTranslate2 cannot run: translate it with "
+            "our own decoder"
         )
     if c.src_vocab_size != tokenizer.vocab_size:
         raise EngineError(
@@ -87,7 +82,7 @@ def _check_convertible(model, tokenizer) -> None:
         )
 
 
-# %% book/inference_engine.md:311 (cell 12)
+# %% book/inference_engine.md:306 (cell 12)
 def vocabulary(tokenizer) -> list[str]:
     """The tokenizer's pieces in id order: CTranslate2 knows a token by its place in this list."""
     return [tokenizer.tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
@@ -159,7 +154,7 @@ def convert_to_ctranslate2(
     return folder
 
 
-# %% book/inference_engine.md:390 (cell 14)
+# %% book/inference_engine.md:385 (cell 14)
 class CTranslate2Translator:
     """Our model run by CTranslate2: ``translate`` by the rules of the library's ``translate``
     (the model's own search by default, the same tokenizer, length limits and batching), and
@@ -253,7 +248,7 @@ class CTranslate2Translator:
         return [list(result.log_probs) for result in found]
 
 
-# %% book/inference_engine.md:489 (cell 16)
+# %% book/inference_engine.md:484 (cell 16)
 from collections.abc import Callable
 
 from transformer_lib.decoding import OneDNNDecoder, SentenceGroupedDecoder, translate

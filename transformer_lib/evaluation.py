@@ -37,7 +37,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:409 (cell 15)
+# %% book/translating.md:410 (cell 15)
 def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
     """Refuse state dicts that cannot be averaged: none at all, or two with different keys or
     shapes (the error names the first difference)."""
@@ -61,7 +61,7 @@ def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
                 )
 
 
-# %% book/translating.md:434 (cell 16)
+# %% book/translating.md:435 (cell 16)
 from transformer_lib.training import RESUMABLE_CHANGES
 
 
@@ -137,7 +137,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:526 (cell 18)
+# %% book/translating.md:527 (cell 18)
 def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False
 ) -> dict:
@@ -181,13 +181,14 @@ def corpus_scores(
     }
 
 
-# %% book/translating.md:580 (cell 20)
+# %% book/translating.md:581 (cell 20)
 import json
 from collections.abc import Callable
 
 from transformer_lib.data import load_multi30k
 from transformer_lib.decoding import SearchConfig, model_search, translate
 from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.pretrained import ModelRecord
 from transformer_lib.provenance import write_text_atomically
 from transformer_lib.tokenizer import BPETokenizer
 
@@ -196,8 +197,8 @@ def load_translator(
     path: Path, device: str | torch.device = "cpu"
 ) -> tuple[Transformer, BPETokenizer, dict]:
     """The model (in eval mode, on ``device``), tokenizer and checkpoint dict of a checkpoint
-    written by ``train_translation`` or ``average_checkpoints``. ``model.search`` is the search
-    the checkpoint records (its profile's), else §6.1's."""
+    written by ``train_translation`` or ``average_checkpoints``. ``model.record`` holds the search
+    the checkpoint records (its profile's, else §6.1's) and the run's description."""
     checkpoint = load_checkpoint(Path(path), map_location=device)
     model_config = checkpoint.get("config", {}).get("model")
     if model_config is None or "tokenizer" not in checkpoint:
@@ -208,12 +209,13 @@ def load_translator(
     model = Transformer(TransformerConfig(**model_config))
     model.load_state_dict(checkpoint["model"])
     try:
-        model.search = SearchConfig(**checkpoint.get("search", {}))  # none recorded: §6.1's
+        search = SearchConfig(**checkpoint.get("search", {}))  # none recorded: §6.1's
     except (TypeError, ValueError) as err:
         raise CheckpointError(
             f"{path} records search settings SearchConfig cannot take ({err}): was it written "
             "by another version of transformer_lib?"
         ) from err
+    model.record = ModelRecord(search, checkpoint["config"].get("run") or {})
     model.to(device).eval()
     return model, BPETokenizer.from_json(checkpoint["tokenizer"]), checkpoint
 

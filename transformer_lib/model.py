@@ -344,6 +344,7 @@ class Transformer(nn.Module):
                 _initialise(name, parameter)
         if c.tie_embeddings:  # §3.4: one matrix for the target embedding and the projection
             self.generator.weight = tgt_embeddings.lookup.weight
+        self.record = None  # a loaded model's search and run (transformer_lib.pretrained)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """The memory (B, S, d_model) of source tokens (B, S): the encoder stack (§3.1).
@@ -411,14 +412,12 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
 
 
-# %% book/command_line.md:971 (cell 34)
+# %% book/command_line.md:969 (cell 34)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 
 def check_config(c: "TransformerConfig") -> None:
     """Refuse a TransformerConfig that cannot build a model, saying why (:class:`ConfigError`)."""
-    from transformer_lib.errors import ConfigError
-
     sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "d_ff", "n_heads", "n_layers")
     for name in (*sizes, "max_len"):  # first: n_heads divides d_model below
         if getattr(c, name) < 1:

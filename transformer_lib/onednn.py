@@ -98,7 +98,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:975 (cell 36)
+# %% book/inference_engine.md:970 (cell 36)
 import weakref
 
 
@@ -212,7 +212,7 @@ def encode_in_groups(
     return memory
 
 
-# %% book/inference_engine.md:1104 (cell 38)
+# %% book/inference_engine.md:1099 (cell 38)
 from dataclasses import dataclass
 from functools import partial
 

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -38,6 +39,22 @@ class ModelNotFoundError(TransformerLibError, FileNotFoundError):
     """No model of that name, or a folder without the files of a model."""
 
 
+@dataclass(frozen=True)
+class ModelRecord:
+    """What a trained model carries besides its weights, as ``model.record``: set by
+    :func:`load_pretrained` and ``load_translator`` from the model's files.
+
+    Attributes:
+        search (SearchConfig): the search it is translated with when given none
+            (``translate``'s default, :func:`~transformer_lib.decoding.model_search`).
+        run (dict): the description of the run that trained it (``src``, ``tgt``, ``profile``,
+            ...); empty when the files do not say.
+    """
+
+    search: SearchConfig = SearchConfig()
+    run: dict = field(default_factory=dict)
+
+
 def _safetensors():
     """The safetensors package, imported where it is used, so that the library itself does not
     need it to import."""
@@ -63,7 +80,7 @@ def unique_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
-# %% book/shipped_models.md:469 (cell 10)
+# %% book/shipped_models.md:486 (cell 10)
 def save_pretrained(
     model: Transformer,
     tokenizer: BPETokenizer,
@@ -91,7 +108,7 @@ def save_pretrained(
         folder: where to write, created if needed.
         dtype: a floating-point dtype to store the weights in; None: the model's own.
         search: the search the model is to be translated with (``load_pretrained`` sets it as
-            ``model.search``); None: ``model.search`` if the model has one, else none recorded.
+            ``model.record.search``); None: the model's record's, if it has one, else none.
 
     Returns:
         The ``shipped_model`` entry, with ``format``, ``dtype`` and ``sha256`` (name -> digest).
@@ -115,24 +132,21 @@ def save_pretrained(
     data = _safetensors().save(tensors, metadata={"format": str(FORMAT)})
     with atomic_file(folder / "model.safetensors", binary=True) as file:
         file.write(data)
-    search = search or getattr(model, "search", None)
+    search = search or getattr(model.record, "search", None)
     if search is not None:
         config = {**config, "search": search.recorded()}
     write_json(folder / "config.json", {**config, "model": model_config})
     write_text_atomically(folder / "tokenizer.json", tokenizer.to_json())
     stored = sorted({str(t.dtype).removeprefix("torch.") for t in tensors.values()})
-    entry = {
-        "format": FORMAT,
-        "dtype": ", ".join(stored),
-        "sha256": {name: sha256(folder / name) for name in MODEL_FILES},
-    }
+    checksums = {name: sha256(folder / name) for name in MODEL_FILES}
+    entry = {"format": FORMAT, "dtype": ", ".join(stored), "sha256": checksums}
     manifest = folder / "manifest.json"
     recorded = json.loads(manifest.read_text()) if manifest.is_file() else {}
     write_json(manifest, {**recorded, "shipped_model": entry})
     return entry
 
 
-# %% book/shipped_models.md:545 (cell 12)
+# %% book/shipped_models.md:559 (cell 12)
 def available_models() -> list[str]:
     """The names of the shipped models, and of the model folders in this checkout's
     ``results/``."""
@@ -189,7 +203,7 @@ def model_folder(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-# %% book/shipped_models.md:603 (cell 13)
+# %% book/shipped_models.md:617 (cell 13)
 def verify_model_folder(folder: Path) -> dict:
     """Check a model folder's files against its manifest; return the parsed ``config.json``."""
     for name in (*MODEL_FILES, "manifest.json"):
@@ -225,9 +239,10 @@ def load_pretrained(
 ) -> tuple[Transformer, BPETokenizer]:
     """A shipped model and its tokenizer: ``load_pretrained("multi30k-de-en-laptop")``, or the
     path of a folder written by :func:`save_pretrained`. The model is in eval mode on ``device``;
-    ``model.run`` holds the run's description (``src``, ``tgt``, ``profile``, ...), and
-    ``model.search`` the search it is translated with (:func:`folder_search`), which
-    :func:`~transformer_lib.decoding.translate` uses when it is given none.
+    ``model.record`` (a :class:`ModelRecord`) holds the run's description (``run``: ``src``,
+    ``tgt``, ``profile``, ...) and the search it is translated with (``search``,
+    :func:`folder_search`), which :func:`~transformer_lib.decoding.translate` uses when it is
+    given none.
 
     The folder is checked before it is trusted: every file present, every checksum equal to the
     one ``manifest.json`` records, the configuration one this version can build, and the
@@ -251,9 +266,9 @@ def load_pretrained(
     Example:
         >>> from transformer_lib import load_pretrained, translate
         >>> model, tokenizer = load_pretrained("multi30k-de-en-laptop")
-        >>> model.run["src"], model.run["tgt"], model.config.d_model
+        >>> model.record.run["src"], model.record.run["tgt"], model.config.d_model
         ('de', 'en', 192)
-        >>> model.search
+        >>> model.record.search
         SearchConfig(beam_size=4, alpha=1.8, extra_length=50, batch_size=256)
         >>> translate(model, tokenizer, ["Ein Mann fährt Fahrrad."])
         ['A man is riding a bicycle.']
@@ -276,13 +291,12 @@ def load_pretrained(
             "the two files are of different models or versions"
         )
     model.load_state_dict(tensors, strict=False)  # the tied names that were left out share these
-    model.run = config.get("run") or {}
-    model.search = folder_search(folder, config)
+    model.record = ModelRecord(folder_search(folder, config), config.get("run") or {})
     tokenizer = BPETokenizer.from_json((folder / "tokenizer.json").read_text())
     return model.to(device).eval(), tokenizer
 
 
-# %% book/shipped_models.md:709 (cell 15)
+# %% book/shipped_models.md:723 (cell 15)
 import shutil
 from urllib.error import URLError
 from urllib.request import urlopen
@@ -416,6 +430,7 @@ def _check_downloaded_manifest(folder: Path, name: str) -> None:
 
 
 __all__ = [
+    "ModelRecord",
     "save_pretrained",
     "load_pretrained",
 ]

@@ -254,7 +254,7 @@ def write_report(
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     averaged = average_checkpoints(last_checkpoints(run_dir, average), out=run_dir / "average.pt")
     model, tokenizer, checkpoint = load_translator(run_dir / "average.pt", device)
-    search = search or model.search
+    search = search or model.record.search
     out.mkdir(parents=True, exist_ok=True)
     # The averaged model ships with the report, and what is scored is the model read back from
     # the shipped files (see "The model that ships with a report" below).

@@ -149,7 +149,7 @@ def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
     assert outputs[0] == translate(model, tokenizer, [other], GREEDY)[0]
     assert outputs[1] == translate(model, tokenizer, [other])[0]  # the model's own search
     pieces = " ".join(tokenizer.tokenizer.decode([i]) for i in src[0].tolist())
-    beam = f"beam {model.search.beam_size}, alpha {model.search.alpha}"
+    beam = f"beam {model.record.search.beam_size}, alpha {model.record.search.alpha}"
     return f"{other}\npieces:{pieces}\ngreedy: {outputs[0]}\n{beam}: {outputs[1]}"
 
 
@@ -158,7 +158,7 @@ def alpha_in_the_loop(model, tokenizer, sentence: str, src, beam_steps) -> str:
     """The walkthrough, exercise 2: the chapter's ``beam_steps`` at α = 0, §6.1's 0.6 and the
     model's own."""
     runs, lines = {}, []
-    for alpha in sorted({0.0, 0.6, model.search.alpha}):
+    for alpha in sorted({0.0, 0.6, model.record.search.alpha}):
         with torch.inference_mode():
             runs[alpha] = beam_steps(src, alpha=alpha)
         (tokens, _, _, _), finished, _ = runs[alpha]
@@ -176,7 +176,7 @@ def where_greedy_and_beam_part(model, src, greedy_ids, best_tokens, greedy_table
     limit = torch.tensor([min(src.shape[1] + 50, model.config.max_len)])
     with torch.inference_mode():
         greedy = greedy_search(IncrementalDecoder(model, src), BOS_ID, EOS_ID, limit)[0]
-        alpha = model.search.alpha  # the chapter's beam search is the model's own
+        alpha = model.record.search.alpha  # the chapter's beam search is the model's own
         beam = beam_search(IncrementalDecoder(model, src), BOS_ID, EOS_ID, limit, 4, alpha)[0]
     assert greedy == greedy_ids and beam.tokens == best_tokens
     pairs = list(zip(greedy + [EOS_ID], beam.tokens + [EOS_ID], strict=False))  # the shorter
@@ -370,7 +370,7 @@ def where_8_bits_change_a_word(model, tokenizer, folder: Path, sentences: int = 
     """Translate in your browser, exercise 3: greedy search on validation sentences through both
     forms of the graphs of ``folder``; where 8 bits change a translation, the float32 model's gap
     between the log-probabilities of its two best pieces, against the gap at every step."""
-    pairs = load_multi30k("val", model.run["src"], model.run["tgt"])[:sentences]
+    pairs = load_multi30k("val", model.record.run["src"], model.record.run["tgt"])[:sentences]
     src = pad_sources(tokenizer, [source for source, _ in pairs], model.config.pad_id)  # (N, S)
     caps = (src != model.config.pad_id).sum(dim=1) + SearchConfig().extra_length
     with torch.inference_mode():

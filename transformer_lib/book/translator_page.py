@@ -138,7 +138,7 @@ def export_model_folder(
             "pad_id": c.pad_id,
             "bos_id": BOS_ID,
             "eos_id": EOS_ID,
-            "alpha": model.search.alpha,  # the page's beam search is the model's own
+            "alpha": model.record.search.alpha,  # the page's beam search is the model's own
             "bytes": {name: (staging / name).stat().st_size for name in files},
             "model_sha256": sha256,
             "inputs": inputs,  # what the graphs are computed from (export_inputs)
