@@ -495,7 +495,7 @@ def train(
     return {**summary, "valid": run.last_valid, "finished": run.step >= config.max_steps}
 
 
-# %% book/distributed.md:180 (cell 9)
+# %% book/distributed.md:184 (cell 9)
 def distributed_update_step(
     network: nn.Module,
     group: Sequence,
