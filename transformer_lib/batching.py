@@ -80,10 +80,8 @@ def fill_batches(
 ) -> list[list[int]]:
     """The pair indices of every batch of one epoch, in the order they were filled (§5.1).
 
-    ``lengths`` holds each pair's padded lengths ``(S_i, T_i)`` (with ``</s>`` / ``<s>``). A
-    batch's padded tensors stay within the budget: ``B * max S_i <= max_tokens`` and
-    ``B * max T_i <= max_tokens``. ``rng`` breaks the ties of the sort; ``by_length=False`` fills
-    batches in random order instead (for comparison only).
+    ``lengths`` holds each pair's padded lengths ``(S_i, T_i)`` (with ``</s>`` / ``<s>``); ``rng``
+    breaks the ties of the sort; ``by_length=False`` fills in random order (for comparison only).
     """
     n_src = np.array([s for s, _ in lengths], dtype=np.int64)
     n_tgt = np.array([t for _, t in lengths], dtype=np.int64)
@@ -92,21 +90,22 @@ def fill_batches(
     # so that neighbours have similar widths on both sides (last key first for lexsort).
     by_shape = np.lexsort((ties, n_src - n_tgt, np.maximum(n_src, n_tgt)))
     order = by_shape if by_length else rng.permutation(len(lengths))
+    return fill_in_order(order.tolist(), lengths, max_tokens)
 
-    batches: list[list[int]] = []
-    current: list[int] = []
-    widest_src = widest_tgt = 0
-    for index in order.tolist():
-        s, t = int(n_src[index]), int(n_tgt[index])
-        src_width, tgt_width = max(widest_src, s), max(widest_tgt, t)
-        if current and (len(current) + 1) * max(src_width, tgt_width) > max_tokens:
+
+def fill_in_order(
+    order: Sequence[int], lengths: Sequence[tuple[int, int]], max_tokens: int
+) -> list[list[int]]:
+    """The pairs ``order`` lists, cut into batches whose padded tensors stay within the budget:
+    ``B * max S_i <= max_tokens`` and ``B * max T_i <= max_tokens``."""
+    batches, current, width = [], [], 0
+    for i in order:
+        width = max(width, *lengths[i])  # the wider of the batch's padded source and target
+        if current and (len(current) + 1) * width > max_tokens:
             batches.append(current)
-            current, src_width, tgt_width = [], s, t
-        current.append(index)
-        widest_src, widest_tgt = src_width, tgt_width
-    if current:
-        batches.append(current)
-    return batches
+            current, width = [], max(lengths[i])
+        current.append(i)
+    return batches + [current] if current else batches
 
 
 def plan_batches(
@@ -126,10 +125,9 @@ def plan_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:636 (cell 24)
+# %% book/data_pipeline.md:517 (cell 18)
 def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int = 1) -> None:
-    """Refuse what plan_batches cannot plan: a pair longer than the budget on either side
-    (named, with what to do); for plan_shared_batches, no process or fewer pairs than processes."""
+    """Refuse, saying why, what :func:`plan_shared_batches` cannot plan."""
     if world_size < 1:
         raise DataError(f"world_size must be at least 1, got {world_size}")
     if len(lengths) < world_size:
@@ -152,14 +150,12 @@ def plan_shared_batches(
     epoch: int = 0,
     world_size: int = 1,
 ) -> list[list[int]]:
-    """:func:`plan_batches` for ``world_size`` processes (§5.2): the count of batches a multiple
-    of ``world_size``, so that process ``r`` takes batches ``r, r + world_size, ...``. A pure
-    function of its arguments; for one process, the batches of :func:`plan_batches`."""
-    check_plan(lengths, max_tokens, world_size)  # refuses what cannot be planned, saying why
+    """:func:`plan_batches` for ``world_size`` processes (§5.2), as many batches as a multiple
+    of ``world_size``: process ``r`` takes batches ``r, r + world_size, ...``."""
+    check_plan(lengths, max_tokens, world_size)
     rng = np.random.default_rng([seed, epoch])
     batches = fill_batches(lengths, max_tokens, rng)
-    # Equal shares for every process: split the largest batches until the count divides evenly.
-    while len(batches) % world_size:
+    while len(batches) % world_size:  # split the largest batch until the count divides evenly
         largest = max(range(len(batches)), key=lambda i: len(batches[i]))
         batch = batches.pop(largest)
         half = len(batch) // 2
@@ -177,30 +173,24 @@ def make_batches(
 ) -> list[Batch]:
     """This process's batches of one epoch, by length under a token budget (§5.1).
 
-    Every process gets the same number of batches; across ranks, every pair appears exactly once.
-    A pure function of its arguments: the same epoch gives the same batches.
+    A pure function of its arguments. Every process gets the same number of batches; across
+    ranks, every pair appears exactly once.
 
     Args:
-        pairs: encoded sentence pairs ``(source ids, target ids)``, without special tokens
-            (:func:`encode_pairs` makes them).
-        max_tokens: the budget of each of a batch's padded source and target tensors, B * S and
-            B * T, counting ``</s>`` and ``<s>``.
+        pairs: encoded pairs ``(source ids, target ids)`` without special tokens
+            (:func:`encode_pairs`).
+        max_tokens: the budget of each of a batch's padded tensors, B * S and B * T.
         seed: with ``epoch``, decides the batches' members and order.
-        epoch: the epoch to plan.
-        rank: this process, 0 <= rank < world_size.
-        world_size: the number of processes sharing the epoch.
+        rank: this process, 0 <= rank < world_size, of ``world_size`` sharing the epoch.
 
     Returns:
-        The batches, each a :class:`~transformer_lib.batching.Batch` with ``src`` (B, S),
-        ``tgt_in`` and ``tgt_out`` (B, T) int64, ``src_mask`` (B, 1, 1, S) and ``tgt_mask``
-        (B, 1, T, T) bool.
+        Each a :class:`~transformer_lib.batching.Batch`: ``src`` (B, S), ``tgt_in`` and
+        ``tgt_out`` (B, T) int64, ``src_mask`` (B, 1, 1, S) and ``tgt_mask`` (B, 1, T, T) bool;
+        S and T the longest source and target + 1.
 
     Raises:
-        DataError: ``rank`` outside [0, world_size), ``world_size`` below 1, fewer pairs than
-            processes, or a pair with more than ``max_tokens`` tokens on a side.
-
-    Shape:
-        B the pairs of a batch, S the longest source + 1 (``</s>``), T the longest target + 1.
+        DataError: a bad ``rank`` or ``world_size``, fewer pairs than processes, or a pair over
+            ``max_tokens`` on a side.
     """
     if not 0 <= rank < world_size:
         raise DataError(f"rank must be in [0, {world_size}), got {rank}")
@@ -212,10 +202,7 @@ def make_batches(
 def encode_pairs(
     tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], max_len: int | None = None
 ) -> list[tuple[list[int], list[int]]]:
-    """Encode sentence pairs; with ``max_len``, drop pairs with more tokens on either side.
-
-    Dropping is for training data only: evaluation must translate every sentence.
-    """
+    """Encode sentence pairs; with ``max_len``, drop pairs with more tokens on either side."""
     sources = tokenizer.encode_batch([s for s, _ in pairs])
     targets = tokenizer.encode_batch([t for _, t in pairs])
     encoded = list(zip(sources, targets, strict=True))
@@ -226,9 +213,8 @@ def encode_pairs(
 
 @dataclass(frozen=True, eq=False)
 class BatchesByLength:
-    """The training loop's ``batches(epoch)`` (§5.1, batches by approximate length):
-    :func:`make_batches` with everything but the epoch fixed. ``max_tokens`` is per process and
-    per batch (the paper's 25,000 is per update)."""
+    """The training loop's ``batches(epoch)``: :func:`make_batches` with all but the epoch fixed.
+    ``max_tokens`` is per process and batch (the paper's 25,000 is per update)."""
 
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]]  # encoded pairs, see encode_pairs
     max_tokens: int  # budget for each of the padded source and target tensors

@@ -43,7 +43,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:410 (cell 19)
+# %% book/data_pipeline.md:352 (cell 13)
 import os
 from pathlib import Path
 
@@ -55,14 +55,10 @@ from transformer_lib.provenance import atomic_file
 class BPETokenizer:
     """A byte-level byte-pair vocabulary shared by source and target language (§5.1).
 
-    ``encode`` returns the ids of a sentence without special tokens; the batches add ``<s>`` and
-    ``</s>``. ``decode`` stops at the first ``</s>``, skips special tokens and returns the
-    detokenized text, ready for sacreBLEU: ``decode(encode(text)) == text`` for any text that does
-    not start with whitespace.
-
     Ids 0 to 3 are the special tokens ``<pad>``, ``<s>``, ``</s>`` and ``<unk>``, fixed for every
-    model of the book. Text such as ``"<s>"`` inside a sentence is ordinary text, never a control
-    token. Make one with :meth:`train` or :meth:`load` (or ``from_json``, from a checkpoint).
+    model of the book; text such as ``"<s>"`` inside a sentence is ordinary text.
+    ``decode(encode(text)) == text`` for any text that does not start with whitespace. Make one
+    with :meth:`train` or :meth:`load` (or :meth:`from_json`, from a checkpoint).
 
     Args:
         tokenizer: a ``tokenizers.Tokenizer`` with the four special tokens at their ids.
@@ -84,26 +80,17 @@ class BPETokenizer:
                     f"the tokenizer must have {token} at id {token_id}, found "
                     f"{tokenizer.token_to_id(token)}; train it with BPETokenizer.train"
                 )
-        # Text such as "<s>" inside a sentence is ordinary text, not a control token.
-        tokenizer.encode_special_tokens = True
+        tokenizer.encode_special_tokens = True  # "<s>" in a sentence is text, not a control
         self.tokenizer = tokenizer
 
     @classmethod
     def train(
         cls, sentences: Iterable[str], vocab_size: int = VOCAB_SIZE, min_frequency: int = 2
     ) -> "BPETokenizer":
-        """A vocabulary learned by :func:`learn_bpe` from ``sentences`` (§5.1).
-
-        Args:
-            sentences: the training text, one sentence each; both languages, for the shared
-                vocabulary.
-            vocab_size: the symbols wanted, special tokens and the 256 bytes included.
-            min_frequency: a pair seen fewer times is never merged, so a small corpus may yield
-                fewer than ``vocab_size`` symbols.
-
-        Raises:
-            DataError: ``vocab_size`` is too small to hold the special tokens and the 256 bytes.
-        """
+        """A vocabulary of ``vocab_size`` symbols (special tokens and bytes included) learned by
+        :func:`learn_bpe` from ``sentences`` of both languages (§5.1); a pair seen fewer than
+        ``min_frequency`` times is never merged. DataError: too small for the special tokens
+        and the 256 bytes."""
         smallest = len(SPECIAL_TOKENS) + len(BYTE_ALPHABET)
         if vocab_size < smallest:
             raise DataError(f"vocab_size must be at least {smallest}, got {vocab_size}")
@@ -111,16 +98,8 @@ class BPETokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "BPETokenizer":
-        """A tokenizer saved by :meth:`save` (the ``tokenizers`` JSON format).
-
-        Args:
-            path: the JSON file.
-
-        Raises:
-            MissingFileError: there is no file at ``path`` (also a ``FileNotFoundError``).
-            DataError: the file is not a ``tokenizers`` JSON file, or its special tokens are not
-                at their ids.
-        """
+        """A tokenizer saved by :meth:`save`. MissingFileError: no file at ``path``; DataError:
+        not a ``tokenizers`` JSON file, or its special tokens are not at their ids."""
         if not Path(path).is_file():
             raise MissingFileError(f"no tokenizer file at {path}; train one and save() it first")
         try:
@@ -143,11 +122,7 @@ class BPETokenizer:
         return self.tokenizer.to_str()
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the vocabulary and merges as JSON, atomically (a temporary file, then rename).
-
-        Args:
-            path: the file to write; :meth:`load` reads it back.
-        """
+        """Write the vocabulary and merges as JSON, atomically; :meth:`load` reads it back."""
         with atomic_file(path) as file:
             file.write(self.to_json())
 
@@ -161,48 +136,21 @@ class BPETokenizer:
         return self.tokenizer.token_to_id(token)
 
     def encode(self, text: str) -> list[int]:
-        """The ids of one sentence, without ``<s>`` or ``</s>``.
-
-        Args:
-            text: one sentence; any text can be encoded (the vocabulary holds every byte).
-
-        Returns:
-            Its token ids, a list of ints.
-        """
+        """The ids of one sentence, without special tokens; any text (every byte is a symbol)."""
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """``encode`` for many sentences at once, in parallel threads inside ``tokenizers``.
-
-        Args:
-            texts: the sentences.
-
-        Returns:
-            One list of ids for each sentence, in their order.
-        """
+        """:meth:`encode` for many sentences, in parallel threads inside ``tokenizers``."""
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [e.ids for e in encodings]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids`` (a list or a 1-D tensor) up to the first ``</s>``.
-
-        Args:
-            ids: token ids, e.g. a search's output; special tokens are skipped.
-
-        Returns:
-            The detokenized text, ready for sacreBLEU.
-        """
+        """The text of ``ids`` (a list or a 1-D tensor) up to the first ``</s>``, special tokens
+        skipped: detokenized, ready for sacreBLEU."""
         return self.decode_batch([ids])[0]
 
     def decode_batch(self, sequences: Iterable[Sequence[int]]) -> list[str]:
-        """:meth:`decode` for many sequences at once.
-
-        Args:
-            sequences: lists or 1-D tensors of token ids, e.g. the rows of a (B, T) tensor.
-
-        Returns:
-            One text for each sequence, in their order.
-        """
+        """:meth:`decode` for many sequences, e.g. the rows of a (B, T) tensor."""
         kept = []
         for ids in sequences:
             ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
