@@ -238,33 +238,33 @@ def made_up(delta, p, runs=3, base_runs=3, band=0.26, half=0.3, margin=0.08) -> 
             +0.37,
             PERPLEXITY,
             "agrees",
-            "worse beyond the noise, the paper's way",
+            "beyond the noise, the paper's way",
         ),
         (
             made_up(-0.5, 0.01),
             +0.37,
             PERPLEXITY,
             "opposes",
-            "better beyond the noise, the opposite",
+            "-0.50 perplexity (95% interval -0.80 to -0.20, p = 0.01; beyond the noise, against",
         ),
-        (made_up(+1.6, 0.001), -0.01, PERPLEXITY, "new", "where the paper saw no difference"),
+        (made_up(+1.6, 0.001), -0.01, PERPLEXITY, "new", "where the paper saw none"),
         (made_up(+1.6, 0.001), None, PERPLEXITY, "beyond", "+1.60 perplexity (95% interval"),
         (
             made_up(+1.6, 0.2),
             +0.37,
             PERPLEXITY,
             "undecided",
-            "p = 0.2, 3 seeds paired): undecided, inside the noise, wider than ±0.08",
+            "p = 0.2; undecided) (the paper: +0.37)",
         ),
-        (made_up(-0.1, 0.9), 0.0, PERPLEXITY, "undecided", "wider than ±0.08 (the paper: +0.00)"),
-        (made_up(-0.01, 0.9, half=0.05), None, PERPLEXITY, "equivalent", "within ±0.08"),
-        (made_up(-0.01, 0.9, margin=math.nan), None, PERPLEXITY, "undecided", "paired): undecided"),
-        (made_up(+0.3, 0.9, half=0.5, margin=1.0), -0.1, BLEU, "equivalent", "within ±1.0"),
+        (made_up(-0.1, 0.9), 0.0, PERPLEXITY, "undecided", "undecided) (the paper: +0.00)"),
+        (made_up(-0.01, 0.9, half=0.05), None, PERPLEXITY, "equivalent", "within the margin"),
+        (made_up(-0.01, 0.9, margin=math.nan), None, PERPLEXITY, "undecided", "0.9; undecided)"),
+        (made_up(+0.3, 0.9, half=0.5, margin=1.0), -0.1, BLEU, "equivalent", "+0.3 BLEU"),
         (made_up(-17.4, 0.001), -0.3, BLEU, "agrees", "-17.4 BLEU"),
-        (made_up(-1.0, 0.001), -0.3, BLEU, "agrees", "the paper's way (the paper: -0.3)"),
-        (made_up(+2.5, 0.01), -1.2, BLEU, "opposes", "better beyond the noise, the opposite"),
-        (made_up(+7.6, math.nan, runs=1), -0.04, PERPLEXITY, "one run", "outside the base's ±0.26"),
-        (made_up(+0.1, math.nan, runs=1), None, PERPLEXITY, "one run", "inside the base's ±0.26"),
+        (made_up(-1.0, 0.001), -0.3, BLEU, "agrees", "the paper's way) (the paper: -0.3)"),
+        (made_up(+2.5, 0.01), -1.2, BLEU, "opposes", "+2.5 BLEU (95% interval +2.2 to +2.8"),
+        (made_up(+7.6, math.nan, runs=1), -0.04, PERPLEXITY, "one run", "+7.60 perplexity (one"),
+        (made_up(+0.1, math.nan, runs=1), None, PERPLEXITY, "one run", "not tested"),
         (made_up(+0.1, math.nan, base_runs=1, band=math.nan), None, BLEU, "unknown", "two seeds"),
         (made_up(+0.1, math.nan), None, BLEU, "unknown", "fewer than two seeds in common"),
         (replace(made_up(+9.0, 0.001), same_data=False), None, BLEU, "other data", "not compared"),
@@ -280,7 +280,7 @@ def test_verdicts_on_made_up_comparisons(comparison, paper, measure, kind, words
 def test_a_difference_many_times_the_papers_agrees_in_direction_only():
     collapse = made_up(-17.4, 0.001)
     assert verdict(collapse, -0.3, BLEU, times=58.0).kind == "outsized"
-    assert "58 times its size" in verdict(collapse, -0.3, BLEU, times=58.0).text
+    assert "many times its size" in verdict(collapse, -0.3, BLEU, times=58.0).text
     assert verdict(collapse, -0.3, BLEU, times=4.9).kind == "agrees"
     assert verdict(collapse, +0.3, BLEU, times=-58.0).kind == "opposes"  # no size for opposites
 
