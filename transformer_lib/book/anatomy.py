@@ -86,43 +86,21 @@ class RunStep:
     when: str = ""  # when it acts, if not on every call
 
 
+# One step a line: name | what it does | who runs it | what the first process writes | when
 RUN_STEPS = [
-    RunStep("_prepare", "the model on its device, Adam, formula (3)", "each"),
-    RunStep("_start", "seed every generator", "each", "config.json", "resume=False"),
-    RunStep(
-        "_resume",
-        "load last.pt, check its settings",
-        "each",
-        "config.json; cuts metrics.jsonl",
-        "resume=True",
-    ),
-    RunStep("distributed.wrap", "DDP copies the first process's weights", "together"),
-    RunStep("_open", "the epoch's batches, the clocks", "each", "opens metrics.jsonl"),
-    RunStep("_update", "accumulation batches, one update_step", "together"),
-    RunStep(
-        "_log_window",
-        "sum the window over the processes",
-        "together",
-        "a train record",
-        "every log_every updates, and the last",
-    ),
-    RunStep(
-        "_maybe_validate",
-        "evaluate_loss on the validation batches",
-        "first",
-        "a valid record",
-        "every validate_every updates (or epoch), the last",
-    ),
-    RunStep(
-        "_out_of_time", "has any process passed time_limit?", "together", when="with a time_limit"
-    ),
-    RunStep(
-        "_maybe_checkpoint",
-        "gather every process's generators and window",
-        "together",
-        "step-N.pt and last.pt",
-        "every checkpoint_every updates, the last; out of time: last.pt alone",
-    ),
+    RunStep(*(cell.strip() for cell in line.split("|")))
+    for line in """
+    _prepare | the model on its device, Adam, formula (3) | each
+    _start | seed every generator | each | config.json | resume=False
+    _resume | load last.pt, check its settings | each | config.json; cuts metrics.jsonl | resume=True
+    distributed.wrap | DDP copies the first process's weights | together
+    _open | the epoch's batches, the clocks | each | opens metrics.jsonl
+    _update | accumulation batches, one update_step | together
+    _log_window | sum the window over the processes | together | a train record | every log_every updates, and the last
+    _maybe_validate | evaluate_loss on the validation batches | first | a valid record | every validate_every updates (or epoch), the last
+    _out_of_time | has any process passed time_limit? | together | | with a time_limit
+    _maybe_checkpoint | gather every process's generators and window | together | step-N.pt and last.pt | every checkpoint_every updates, the last; out of time: last.pt alone
+    """.strip().splitlines()
 ]
 LOOP_FROM = "_update"  # the first step of each turn of the loop
 
