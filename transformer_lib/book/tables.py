@@ -168,11 +168,10 @@ def runs_table(reports: dict, splits: Sequence[str]):
 
 
 def headline_table(reports: Sequence[dict], at_paper_alpha: dict, anchors: dict, where: dict):
-    """The recorded runs on test_2016_flickr, a row a run (German → English first, `laptop`
-    before `full`): where it trained (``where``: profile -> words) and its folder, minutes and
-    updates, its α, cased BLEU, cased BLEU at §6.1's α (from ``at_paper_alpha``, bleu.json at
-    §6.1's α by (profile, src, tgt), for a run scored with another α), lowercased BLEU, and its
-    direction's published result (``anchors``: (src, tgt) -> (BLEU, address, what it measured))."""
+    """The recorded runs on test_2016_flickr, a row a run, German → English and `laptop` first;
+    ``at_paper_alpha`` holds bleu.json at §6.1's α by (profile, src, tgt) for a run scored with
+    another, ``anchors`` the published (BLEU, address, what it measured) by (src, tgt), and
+    ``where`` the words for where a profile trained."""
     paper_alpha, rows = SearchConfig.alpha, []
     for report in sorted(reports, key=lambda r: (r["bleu"]["src"], run_profile(r) == "full")):
         bleu, training, name = report["bleu"], report["manifest"]["training"], run_profile(report)
@@ -209,7 +208,7 @@ def search_table(rungs: list[dict], candidates: dict):
     return table(["minutes", "candidate", "change", "updates", "BLEU", "loss"], rows)
 
 
-# %% book/figures.md:1536 (cell 36)
+# %% book/figures.md:1535 (cell 36)
 import ast
 from pathlib import Path
 
