@@ -624,21 +624,25 @@ def test_accumulation_equals_one_big_batch(tmp_path):
         assert torch.allclose(results[0][name], results[1][name], rtol=0, atol=1e-12), name
 
 
-def test_the_distributed_update_is_the_update_on_one_process_bit_for_bit():
+def test_the_distributed_update_is_the_update_on_one_process_bit_for_bit(tmp_path):
     """On one process, the update that train makes (distributed_update_step) is the training
     chapter's update_step: the same weights, optimizer state and sums, bit for bit, with dropout,
     smoothing, clipping and accumulation over batches of different sizes."""
     results = []
-    for step in (objective.update_step, training.distributed_update_step):
+    for distributed in (False, True):
         torch.manual_seed(0)
         model = ToyModel(dropout=0.1)
-        optimizer, scheduler = make_optimizer(model, model.d_model, warmup_steps=2)
-        config = TrainingConfig(clip_grad_norm=0.5)
+        config = TrainingConfig(warmup_steps=2, clip_grad_norm=0.5)
+        run = training._prepare(model, config, tmp_path, torch.device("cpu"), {})
         sums = [
-            step(model, toy_batches(epoch), optimizer, scheduler, config, pad_id=PAD)
+            training.distributed_update_step(run, model, toy_batches(epoch))
+            if distributed
+            else objective.update_step(
+                model, toy_batches(epoch), run.optimizer, run.scheduler, config, pad_id=PAD
+            )
             for epoch in range(4)
         ]
-        results.append((model.state_dict(), optimizer.state_dict()["state"], sums))
+        results.append((model.state_dict(), run.optimizer.state_dict()["state"], sums))
     (weights, moments, sums), (other_weights, other_moments, other_sums) = results
     assert sums == other_sums
     for name in weights:
