@@ -166,10 +166,13 @@ def export_graphs(
 
 
 # %% book/export.md:258 (cell 6)
-def _own_weight_for_each_gemm(graph) -> None:
-    """Give each Gemm whose weight another operator reads a copy of its own (see the chapter)."""
+def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Write ``source`` with 8-bit unsigned weights (dynamic quantization, QUInt8) to ``target``."""
     import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    model = onnx.load(source)
+    graph = model.graph  # each Gemm whose weight another operator reads gets a copy of its own
     weights = {tensor.name: tensor for tensor in graph.initializer}
     readers = Counter(name for node in graph.node for name in node.input if name in weights)
     for node in graph.node:
@@ -180,23 +183,14 @@ def _own_weight_for_each_gemm(graph) -> None:
             copy.name = f"{shared}.{node.name}"
             graph.initializer.append(copy)
             node.input[1], readers[shared] = copy.name, readers[shared] - 1
-
-
-def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None:
-    """Write ``source`` with 8-bit unsigned weights (dynamic quantization, QUInt8) to ``target``."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    graph = onnx.load(source)
-    _own_weight_for_each_gemm(graph.graph)
     with tempfile.TemporaryDirectory() as scratch:
         untied = Path(scratch) / "untied.onnx"
-        onnx.save(graph, untied)
+        onnx.save(model, untied)
         with _quiet(""):  # the quantizer suggests, on the root logger, a step we do not need
             quantize_dynamic(untied, target, weight_type=QuantType.QUInt8)
 
 
-# %% book/export.md:297 (cell 8)
+# %% book/export.md:291 (cell 8)
 class OnnxDecoder:
     """A decoder state (see the decoding chapter) that runs the two graphs with onnxruntime on
     ``src`` (N, S); ``step`` keeps its ``cross_attention`` (N, layers, h, S)."""
