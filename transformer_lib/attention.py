@@ -12,43 +12,19 @@ from transformer_lib.errors import ConfigError
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Which key positions hold a real token (§3.2.3); ``True`` = may be attended to.
-
-    Args:
-        tokens: (B, L) int64 token ids, padded with ``pad_id``.
-        pad_id: the id of the padding token (the model's ``config.pad_id``).
-
-    Returns:
-        (B, 1, 1, L) bool, ``True`` where ``tokens`` is not ``pad_id``; it broadcasts over the
-        heads and the queries of the attention scores (B, h, L_q, L).
-
-    Shape:
-        B the batch, L the length of the sequence (S for a source, T for a target), h the heads,
-        L_q the queries.
-    """
+    """Which key positions hold a real token (§3.2.3): ``True`` where ``tokens`` (B, L) is not
+    ``pad_id``, as a (B, 1, 1, L) bool mask that broadcasts over heads and queries."""
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
 
 
 def subsequent_mask(size: int, device: torch.device | None = None) -> Tensor:
-    """The decoder's causal mask (§3.2.3): position i may attend to positions j <= i.
-
-    Args:
-        size: T, the length of the target.
-        device: where to make the mask; None: PyTorch's default device.
-
-    Returns:
-        (1, 1, T, T) bool, ``True`` on and below the diagonal. ``padding_mask(tgt, pad_id) &
-        subsequent_mask(T)`` is the decoder's self-attention mask (B, 1, T, T).
-
-    Shape:
-        B the batch, T the target length; the two leading 1s broadcast over the batch and the
-        heads.
-    """
+    """The decoder's causal mask (§3.2.3), (1, 1, T, T) bool with T = ``size``: position i may
+    attend to positions j <= i. ``& padding_mask(tgt, pad_id)``: the decoder's (B, 1, T, T)."""
     causal = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (T, T)
     return causal[None, None]  # (1, 1, T, T)
 
 
-# %% book/attention.md:160 (cell 10)
+# %% book/attention.md:136 (cell 10)
 import math
 
 import torch.nn.functional as F
@@ -66,27 +42,10 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, written out (§3.2.1, equation 1).
 
-    The explicit path, which returns the weights; :class:`MultiHeadAttention` runs PyTorch's
-    fused kernel instead unless the weights are asked for. A masked score is ``-inf``, hence a
-    weight of exactly zero; a query with no key to attend to (its mask row all ``False``) gets
-    zero weights and a zero output, never NaN, as in PyTorch's own function.
-
-    Args:
-        query: (..., L_q, d_k) floating-point queries.
-        key: (..., L_k, d_k) keys, of the queries' dtype.
-        value: (..., L_k, d_v) values, of the queries' dtype.
-        mask: bool, broadcasts to (..., L_q, L_k); ``True`` = may attend. None: every key.
-        dropout_p: the probability of dropping a weight; applied whenever it is above 0, so
-            pass 0.0 outside training.
-        scale: replaces 1/sqrt(d_k) (as in PyTorch's function); only experiments change it.
-
-    Returns:
-        The output (..., L_q, d_v) and the weights (..., L_q, L_k); before dropout, each query's
-        weights sum to 1 over the keys it may see.
-
-    Shape:
-        ``...`` any leading dimensions, e.g. (B, h): B the batch, h the heads. L_q the queries,
-        L_k the keys and values, d_k the width of queries and keys, d_v the width of values.
+    Returns the output (..., L_q, d_v) and the weights (..., L_q, L_k) of ``query`` (..., L_q,
+    d_k), ``key`` (..., L_k, d_k) and ``value`` (..., L_k, d_v). ``mask`` broadcasts to (...,
+    L_q, L_k), ``True`` = may attend; a query with no key to attend to gets zero weights and a
+    zero output. ``dropout_p`` applies whenever above 0; ``scale`` replaces 1/sqrt(d_k).
     """
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = query @ key.transpose(-2, -1) * scale  # (..., L_q, L_k)
@@ -100,34 +59,21 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:317 (cell 18)
+# %% book/attention.md:276 (cell 18)
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention (§3.2.2): h attentions of width d_k = d_v = d_model / h, concatenated.
-
-    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, with head_i = Attention(Q W_i^Q,
-    K W_i^K, V W_i^V). ``forward(query (B, L_q, d_model), key (B, L_k, d_model), value (B, L_k,
-    d_model), mask)`` returns (B, L_q, d_model); ``mask`` broadcasts to (B, h, L_q, L_k),
-    ``True`` = may attend. The heads run through PyTorch's fused ``scaled_dot_product_attention``
-    unless the weights are asked for (``need_weights``), which takes the written-out
-    :func:`scaled_dot_product_attention`.
+    """Multi-head attention (§3.2.2): Concat(head_1, ..., head_h) W^O, with head_i =
+    Attention(Q W_i^Q, K W_i^K, V W_i^V), through PyTorch's fused kernel unless the weights are
+    asked for.
 
     Args:
-        d_model: the width of the inputs and of the output.
-        n_heads: h, the number of heads; it must divide ``d_model``.
-        dropout: dropout on the attention weights, in training mode only. The paper is silent on
-            it (§5.4 names only the sub-layer outputs and the embedding sums), so the default is
-            none.
-        bias: whether the projections W^Q, W^K, W^V and W^O have biases.
-        d_k: another width for queries and keys (Table 3, row B); values keep d_model / h.
-            None: d_model / h.
+        n_heads: h, which must divide ``d_model``; each head's values are d_model / h wide.
+        dropout: on the attention weights, in training only; none by default (§5.4 is silent).
+        bias: whether W^Q, W^K, W^V and W^O have biases.
+        d_k: another width for queries and keys (Table 3, row B); None: d_model / h.
         scale: replaces the 1/sqrt(d_k) of the scores (footnote 4), for experiments only.
 
     Raises:
         ConfigError: ``n_heads`` does not divide ``d_model``, or ``d_k`` is not positive.
-
-    Shape:
-        B the batch, L_q the queries, L_k the keys and values, h the heads (``n_heads``), d_k the
-        width of a head's queries and keys, d_v = d_model / h the width of its values.
     """
 
     def __init__(
@@ -159,17 +105,16 @@ class MultiHeadAttention(nn.Module):
         return x.unflatten(-1, (self.n_heads, width)).transpose(1, 2)  # (B, h, L, width)
 
     def merge_heads(self, out: Tensor, linear=None) -> Tensor:
-        """Concat(head_1, ..., head_h) W^O (§3.2.2): (B, h, L, d_v) -> (B, L, d_model).
-        ``linear(x, weight, bias)`` computes the product instead of ``out_proj`` (an engine's)."""
+        """Concat(head_1, ..., head_h) W^O (§3.2.2): (B, h, L, d_v) -> (B, L, d_model); an
+        engine's ``linear(x, weight, bias)`` may compute the product."""
         concatenated = out.transpose(1, 2).flatten(2)  # (B, L, h * d_v)
         if linear is None:
             return self.out_proj(concatenated)
         return linear(concatenated, self.out_proj.weight, self.out_proj.bias)
 
     def project_qkv(self, x: Tensor, linear=None) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention's queries, keys and values of x (B, L, d_model), in one product with
-        the whole of ``in_proj``: (B, h, L, d_k), (B, h, L, d_k), (B, h, L, d_v). ``linear(x,
-        weight, bias)`` computes the product instead of ``in_proj`` (an engine's)."""
+        """Self-attention's q, k, v of x (B, L, d_model) in one product with all of ``in_proj``:
+        (B, h, L, d_k) twice, then (B, h, L, d_v); ``linear`` as in :meth:`merge_heads`."""
         e = self.n_heads * self.d_k  # rows of W^Q and of W^K
         weight, bias = self.in_proj.weight, self.in_proj.bias
         projected = self.in_proj(x) if linear is None else linear(x, weight, bias)
@@ -188,10 +133,8 @@ class MultiHeadAttention(nn.Module):
     def project_kv(
         self, key: Tensor, value: Tensor | None = None, linear=F.linear
     ) -> tuple[Tensor, Tensor]:
-        """The keys and values of another sequence (the encoder's output, ``memory``), for
-        encoder-decoder attention: two products, W^K and W^V, of ``key`` (B, L_k, d_model) and of
-        ``value`` (the same tensor by default), by ``linear(x, weight, bias)``. Returns
-        (B, h, L_k, d_k), (B, h, L_k, d_v)."""
+        """The keys and values of another sequence (the encoder's memory), by W^K and W^V:
+        ``key`` (B, L_k, d_model) and ``value`` (by default the same) -> (B, h, L_k, d_k / d_v)."""
         value = key if value is None else value
         e, weight, bias = self.n_heads * self.d_k, self.in_proj.weight, self.in_proj.bias
         k = self.split_heads(linear(key, weight[e : 2 * e], _rows(bias, e, 2 * e)), self.d_k)
@@ -207,29 +150,17 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache=None,
     ) -> Tensor:
-        """Attend from ``query`` to ``key`` and ``value`` with all heads at once (§3.2.2).
-
-        Self-attention is recognised by ``query``, ``key`` and ``value`` being one tensor, whose
-        three projections are then one matrix product.
+        """Attend from ``query`` (B, L_q, d_model) to ``key`` and ``value`` (B, L_k, d_model)
+        with all heads at once (§3.2.2): (B, L_q, d_model). One tensor as all three is
+        self-attention, projected in one product.
 
         Args:
-            query: (B, L_q, d_model) queries.
-            key: (B, L_k, d_model) keys.
-            value: (B, L_k, d_model) values.
-            mask: bool, broadcasts to (B, h, L_q, L_k), ``True`` = may attend: a
-                :func:`padding_mask` (B, 1, 1, L_k), alone or ``&`` a :func:`subsequent_mask`.
-                None: every key.
-            need_weights: take the written-out path and keep the weights (B, h, L_q, L_k) in
-                ``self.weights``.
-            cache: what this attention keeps between the steps of a decoder (a
-                ``transformer_lib.decoding.KeyValueCache``, made by the decoding chapter's
-                decoders): in self-attention the keys and values of the earlier positions, to
-                which those of ``query`` are added; in encoder-decoder attention the keys and
-                values of the encoder's output, projected once, which replace ``key``, ``value``
-                and ``mask``. Its ``linear`` computes the projections (None: PyTorch's).
-
-        Returns:
-            (B, L_q, d_model), the heads' outputs concatenated and projected by W^O.
+            mask: bool, broadcasts to (B, h, L_q, L_k), ``True`` = may attend; None: every key.
+            need_weights: take the written-out path and keep the weights in ``self.weights``.
+            cache: a decoder's ``transformer_lib.decoding.KeyValueCache``: in self-attention the
+                earlier positions' keys and values, which ``query``'s extend; in encoder-decoder
+                attention the memory's, projected once, which replace ``key``, ``value`` and
+                ``mask``. Its ``linear`` computes the projections (None: PyTorch's).
         """
         linear = F.linear if cache is None or cache.linear is None else cache.linear
         if query is key and key is value:  # self-attention: one matrix multiplication
@@ -247,11 +178,9 @@ class MultiHeadAttention(nn.Module):
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights=False
     ) -> Tensor:
-        """The heads' attention of projected queries q (B, h, L_q, d_k) over keys k (B, h, L_k,
-        d_k) and values v (B, h, L_k, d_v), then Concat and W^O: (B, L_q, d_model). ``mask`` and
-        ``need_weights`` as in :meth:`forward`; a ``BlockMask`` instead of a boolean mask (packed
-        sentences, the training loop's ``packing="flex"``) runs PyTorch's ``flex_attention``,
-        which skips the blocks the mask leaves out and has no attention dropout."""
+        """The heads' attention of projected q, k, v (B, h, L, .), then Concat and W^O: (B, L_q,
+        d_model). A ``BlockMask`` (packed sentences, ``packing="flex"``) runs ``flex_attention``,
+        which skips the blocks it leaves out and has no attention dropout."""
         dropout_p = self.dropout if self.training else 0.0
         if isinstance(mask, BlockMask):
             if dropout_p > 0.0 or need_weights:

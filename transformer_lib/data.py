@@ -185,24 +185,15 @@ def load_multi30k(
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> list[tuple[str, str]]:
-    """Multi30k task 1 sentence pairs ``(source, target)`` of one split: the book's stand-in for
-    §5.1's WMT 2014 data.
+    """The stripped sentence pairs ``(source, target)`` of one Multi30k task 1 split (one of
+    ``SPLITS``, e.g. ``"train"``), ``src`` and ``tgt`` ``"de"`` and ``"en"`` in either order.
 
-    The files come from ``data_dir``, else from the folder ``$TRANSFORMER_LIB_DATA`` names (both
-    never written to), else from the cache (``cache_dir``, default :func:`default_cache_dir`),
-    downloaded there when missing. A gzipped file must have the published file's SHA-256.
-
-    Args:
-        split: one of ``SPLITS``, e.g. ``"train"``, ``"val"``, ``"test_2016_flickr"``.
-        src: the source language, ``"de"`` or ``"en"``; ``tgt`` the other one.
-        data_dir: a folder holding ``<split>.<lang>.gz`` (or the decompressed ``<split>.<lang>``).
-
-    Returns:
-        The pairs in the order of the files, each sentence stripped of surrounding whitespace.
+    The ``<split>.<lang>.gz`` files come from ``data_dir``, else from ``$TRANSFORMER_LIB_DATA``
+    (both never written to), else from ``cache_dir`` (default :func:`default_cache_dir`),
+    downloaded there when missing; a gzipped file must be the published one.
 
     Raises:
-        DataError: an unknown split or language, the same language twice, files of different
-            lengths, or a file that is not UTF-8 or a damaged gzip file.
+        DataError: an unknown split or language, files of different lengths, or unreadable.
         ChecksumError: a file or a download that is not the published one (a ``DataError``).
         DataNotFoundError: no files and no download (a ``FileNotFoundError``).
     """

@@ -26,11 +26,8 @@ def _initialise(name: str, parameter: nn.Parameter) -> None:
 # %% book/model.md:113 (cell 7)
 @dataclass(frozen=True)
 class TransformerConfig:
-    """The model's sizes and choices, with the paper's names (§3, Table 3).
-
-    The presets ``base()`` and ``big()`` are the paper's two models (Table 3), one vocabulary of
-    37,000 by default, with changes as keywords. Derived, never stored: ``d_k``, ``d_v`` and
-    ``shared_vocabulary`` (whether the source embedding shares the tied matrix too).
+    """The model's sizes and choices, with the paper's names (§3, Table 3); the presets
+    ``base()`` and ``big()`` are the paper's two models, with changes as keywords.
 
     Attributes:
         src_vocab_size (int): the size of the source vocabulary.
@@ -41,12 +38,9 @@ class TransformerConfig:
         n_layers (int): N, the layers of each stack.
         dropout (float): P_drop (§5.4).
         pad_id (int): the padding token of both vocabularies.
-        positional (str): ``"sinusoidal"`` (§3.5), or ``"learned"`` (Table 3, row E), or
-            ``"none"`` (no positions).
-        norm_first (bool): pre-LN layers instead of the paper's post-LN (each stack then ends
-            with a LayerNorm).
-        tie_embeddings (bool): one matrix for embeddings and pre-softmax projection (§3.4); the
-            source embedding shares it only when both vocabularies have one size.
+        positional (str): ``"sinusoidal"`` (§3.5), ``"learned"`` (Table 3, row E) or ``"none"``.
+        norm_first (bool): pre-LN layers (and a last LayerNorm) instead of the paper's post-LN.
+        tie_embeddings (bool): one matrix for embeddings and pre-softmax projection (§3.4).
         max_len (int): the longest sequence the positional encoding covers.
         key_size (int | None): d_k of queries and keys (Table 3, row B); None: d_model / h.
         feed_forward (bool): False: layers without the FFN sub-layer (not the paper's model).
@@ -87,8 +81,7 @@ class TransformerConfig:
 
     @property
     def shared_vocabulary(self) -> bool:
-        """Whether the three-way tying of §3.4 applies: with two vocabularies of different sizes,
-        only the target embedding and the pre-softmax projection share their matrix."""
+        """Whether the source embedding shares the tied matrix too (§3.4): one vocabulary size."""
         return self.tie_embeddings and self.src_vocab_size == self.tgt_vocab_size
 
     @classmethod
@@ -103,12 +96,9 @@ class TransformerConfig:
         return cls(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **{**sizes, **changes})
 
 
-# %% book/model.md:223 (cell 11)
+# %% book/model.md:216 (cell 11)
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (§3.3), the same at every position.
-
-    Shape: (..., d_model) -> (..., d_model), through a hidden width d_ff.
-    """
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (§3.3) at every position: (..., d_model) -> same."""
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
@@ -119,7 +109,7 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear_2(torch.relu(self.linear_1(x)))
 
 
-# %% book/model.md:269 (cell 15)
+# %% book/model.md:259 (cell 15)
 class Embeddings(nn.Module):
     """Token embeddings multiplied by sqrt(d_model) (§3.4). (B, L) int64 -> (B, L, d_model)."""
 
@@ -133,12 +123,10 @@ class Embeddings(nn.Module):
         return self.lookup(tokens) * self.scale
 
 
-# %% book/model.md:310 (cell 19)
+# %% book/model.md:300 (cell 19)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
-
-    Shape: (max_len, d_model), float32.
-    """
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5): a float32
+    (max_len, d_model) table."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     frequency = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     encoding = torch.zeros(max_len, d_model, dtype=torch.float64)
@@ -147,16 +135,11 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-# %% book/model.md:335 (cell 21)
+# %% book/model.md:323 (cell 21)
 class PositionalEncoding(nn.Module):
-    """Adds position information to embeddings, then dropout (§3.5, §5.4): fixed sinusoids,
-    a learned table (Table 3, row E), or with ``kind="none"`` nothing.
-
-    (B, L, d_model) -> (B, L, d_model); ``offset`` is the position of the first row (used when
-    the decoder runs one token at a time). ``positions`` (B, L) int64, below ``max_len``, gives
-    each token its own position instead: sentences packed end to end in one row, each from 0
-    (the training loop's ``packing``).
-    """
+    """Adds sinusoids (§3.5), a learned table (Table 3, row E) or nothing (``"none"``) to
+    (B, L, d_model) embeddings, then dropout (§5.4). ``offset``: the first row's position (one
+    token at a time); ``positions`` (B, L): each token's own, for packed sentences."""
 
     def __init__(self, d_model: int, max_len: int, dropout: float, kind: str = "sinusoidal"):
         super().__init__()
@@ -183,12 +166,9 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:469 (cell 29)
+# %% book/model.md:452 (cell 29)
 class EncoderLayer(nn.Module):
-    """Self-attention, then the feed-forward network, each a residual sub-layer (§3.1).
-
-    ``forward(x (B, S, d_model), src_mask (B, 1, 1, S))`` -> (B, S, d_model).
-    """
+    """Self-attention, then the FFN, each a residual sub-layer (§3.1): (B, S, d_model) -> same."""
 
     def __init__(self, c: TransformerConfig):
         super().__init__()
@@ -202,9 +182,8 @@ class EncoderLayer(nn.Module):
         return self.connect(x, lambda h: self.self_attn(h, h, h, src_mask), self.feed_forward)
 
     def connect(self, x: Tensor, self_attention, feed_forward) -> Tensor:
-        """The layer's wiring (§3.1) around its two sub-layers, given as functions of (B, S,
-        d_model) -> (B, S, d_model), so that another engine can run its own; ``feed_forward``
-        is skipped when the layer has none (the ablation). Shape: x (B, S, d_model) -> same."""
+        """The layer's wiring (§3.1) around two sub-layers given as functions, so that another
+        engine can run its own; ``feed_forward`` is skipped when the layer has none."""
         x = residual(self, 0, x, self_attention)
         if self.feed_forward is None:  # the ablation without the FFN sub-layer
             return x
@@ -212,11 +191,7 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, feed-forward network (§3.1).
-
-    ``forward(x (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S),
-    tgt_mask (B, 1, T, T))`` -> (B, T, d_model).
-    """
+    """Masked self-attention, encoder-decoder attention, FFN (§3.1): (B, T, d_model) -> same."""
 
     def __init__(self, c: TransformerConfig):
         super().__init__()
@@ -228,9 +203,7 @@ class DecoderLayer(nn.Module):
         self.norm_first = c.norm_first
 
     def forward(self, x, memory, src_mask, tgt_mask, need_weights=False, cache=None) -> Tensor:
-        """``cache``: the pair of caches of the two attentions (self, encoder-decoder) while
-        decoding one position at a time (``transformer_lib.decoding.DecoderCache``); None:
-        the whole target at once."""
+        """``cache``: the two attentions' caches while decoding one position at a time."""
         own, source = (None, None) if cache is None else cache
         x = residual(self, 0, x, lambda h: self.self_attn(h, h, h, tgt_mask, need_weights, own))
         x = residual(
@@ -242,21 +215,16 @@ class DecoderLayer(nn.Module):
 
 
 def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
-    """Sub-layer i of ``layer`` with its residual connection, dropout and LayerNorm (§3.1, §5.4).
-
-    Post-LN (the paper): LayerNorm(x + Dropout(Sublayer(x))).
-    Pre-LN (``norm_first``): x + Dropout(Sublayer(LayerNorm(x))).
-    Shape: x (B, L, d_model) -> (B, L, d_model).
-    """
+    """Sub-layer i of ``layer`` with its residual connection, dropout and LayerNorm (§3.1, §5.4):
+    post-LN LayerNorm(x + Dropout(Sublayer(x))), or pre-LN x + Dropout(Sublayer(LayerNorm(x)))."""
     if layer.norm_first:
         return x + layer.dropout(sublayer(layer.norms[i](x)))
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:579 (cell 33)
+# %% book/model.md:548 (cell 33)
 class Stack(nn.Module):
-    """What the encoder and the decoder share (§3.1): the embeddings, the positions, N layers of
-    the stack's ``layer`` class, and, pre-LN only, a last LayerNorm."""
+    """Embeddings, positions, N layers of class ``layer``, pre-LN a last LayerNorm (§3.1)."""
 
     layer: type[nn.Module]
 
@@ -269,10 +237,7 @@ class Stack(nn.Module):
 
 
 class Encoder(Stack):
-    """Embeddings, positions and N encoder layers (§3.1). (B, S) int64 -> memory (B, S, d_model).
-
-    ``positions`` (B, S): each token's position, for packed sentences (see PositionalEncoding).
-    """
+    """The encoder stack (§3.1): (B, S) int64 -> memory (B, S, d_model)."""
 
     layer = EncoderLayer
 
@@ -284,10 +249,7 @@ class Encoder(Stack):
 
 
 class Decoder(Stack):
-    """Embeddings, positions and N decoder layers (§3.1). (B, T) int64 -> (B, T, d_model).
-
-    ``positions`` (B, T): each token's position, for packed sentences (see PositionalEncoding).
-    """
+    """The decoder stack (§3.1): (B, T) int64 -> (B, T, d_model)."""
 
     layer = DecoderLayer
 
@@ -302,22 +264,14 @@ class Decoder(Stack):
 
 
 class Transformer(nn.Module):
-    """The encoder-decoder Transformer of Figure 1 (§3).
+    """The encoder-decoder Transformer of Figure 1 (§3), built from ``config``.
 
-    ``forward(src (B, S), tgt (B, T), src_mask=None, tgt_mask=None)`` -> logits (B, T, V_tgt).
-    Masks default to padding masks from ``config.pad_id`` (and the causal mask for the target).
-    It holds an ``encoder``, a ``decoder`` and the pre-softmax projection ``generator``, tied as
+    An ``encoder``, a ``decoder`` and the pre-softmax projection ``generator``, tied as
     ``config.tie_embeddings`` says (§3.4). Matrices start Xavier-uniform, biases at zero, token
     embeddings from N(0, 1 / d_model).
 
-    Args:
-        config: the sizes and choices of the model.
-
-    Shape:
-        - B: the batch (sentences)
-        - S: the source length, T: the target length (tokens, padding included)
-        - V_tgt: the target vocabulary's size, ``config.tgt_vocab_size``
-        - d_model: the model's width, ``config.d_model``
+    Shape: B the batch, S and T the source and target lengths (padding included), V_tgt
+    ``config.tgt_vocab_size``.
 
     Example:
         >>> import torch
@@ -347,16 +301,8 @@ class Transformer(nn.Module):
         self.record = None  # a loaded model's search and run (transformer_lib.pretrained)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """The memory (B, S, d_model) of source tokens (B, S): the encoder stack (§3.1).
-
-        Args:
-            src: (B, S) int64 source token ids.
-            src_mask: (B, 1, 1, S) bool, ``True`` = a real token; None: the padding mask from
-                ``config.pad_id``.
-
-        Returns:
-            The memory (B, S, d_model), which every layer of the decoder attends to.
-        """
+        """The memory (B, S, d_model) of source ids ``src`` (B, S), through the encoder (§3.1);
+        ``src_mask`` (B, 1, 1, S), ``True`` = a real token, defaults to the padding mask."""
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
         return self.encoder(src, src_mask)
@@ -364,27 +310,15 @@ class Transformer(nn.Module):
     def decode(
         self, tgt, memory, src_mask, tgt_mask=None, need_weights=False, cache=None
     ) -> Tensor:
-        """Decoder states (B, T, d_model) of target tokens (B, T) given the memory (B, S, d_model).
-
-        The memory holds no token ids, so the source's padding cannot be found from it: pass the
-        ``src_mask`` that :meth:`encode` used (None only for a source without padding).
+        """Decoder states (B, T, d_model), before ``generator``, of target ids ``tgt`` (B, T).
 
         Args:
-            tgt: (B, T) int64 target token ids, ``<s>`` first.
             memory: (B, S, d_model), from :meth:`encode`.
-            src_mask: (B, 1, 1, S) bool, ``True`` = a real source token; or None.
-            tgt_mask: bool, broadcasts to (B, h, T, T), ``True`` = may attend; None: the padding
-                and causal masks together.
-            need_weights: keep each attention's weights in its ``weights``: (B, h, T, T) in
-                self-attention, (B, h, T, S) in encoder-decoder attention.
-            cache: a :class:`~transformer_lib.decoding.DecoderCache` while decoding one new
-                position at a time: ``tgt`` (B, 1) is the token after those the cache holds,
-                which it may see without a mask; the cache holds the encoder side too, so
-                ``memory`` and ``src_mask`` are not read.
-
-        Returns:
-            Decoder states (B, T, d_model), before the pre-softmax projection
-            (``model.generator``).
+            src_mask: the mask :meth:`encode` used (the memory holds no ids to find padding in).
+            tgt_mask: broadcasts to (B, h, T, T); None: the padding and causal masks together.
+            need_weights: keep each attention's weights in its ``weights``.
+            cache: a :class:`~transformer_lib.decoding.DecoderCache` while decoding one position
+                at a time: ``tgt`` (B, 1) follows what it holds, the encoder side included.
         """
         if tgt_mask is None and cache is None:
             causal = subsequent_mask(tgt.shape[1], tgt.device)
@@ -392,19 +326,10 @@ class Transformer(nn.Module):
         return self.decoder(tgt, memory, src_mask, tgt_mask, need_weights, cache=cache)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> Tensor:
-        """Logits of the next target token at every position: the whole of Figure 1.
+        """Logits (B, T, V_tgt) of the next target token at every position: all of Figure 1.
 
-        Args:
-            src: (B, S) int64 source token ids.
-            tgt: (B, T) int64 decoder input, ``<s> y_1 ... y_m`` (the target shifted right).
-            src_mask: (B, 1, 1, S) bool, ``True`` = a real token; None: the padding mask from
-                ``config.pad_id``.
-            tgt_mask: bool, broadcasts to (B, h, T, T); None: the padding and causal masks
-                together.
-
-        Returns:
-            Logits (B, T, V_tgt), not probabilities (the loss and the searches apply the
-            (log-)softmax themselves).
+        ``src`` (B, S) source ids; ``tgt`` (B, T) the decoder input, ``<s> y_1 ... y_m``; the
+        masks as in :meth:`encode` and :meth:`decode`, padding (and causal) by default.
         """
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)

@@ -17,13 +17,10 @@ from torch import Tensor, nn
 from transformer_lib.errors import ConfigError
 
 
-# %% book/training.md:200 (cell 13)
+# %% book/training.md:198 (cell 13)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
-    """The target distribution of PyTorch's ``cross_entropy(label_smoothing=...)`` (§5.4).
-
-    ``(1 - smoothing) * onehot(target) + smoothing / vocab_size``; rows whose target is padding
-    are all zeros (they are ignored). Shape: ``target`` (N,) -> (N, vocab_size).
-    """
+    """The target distribution of ``cross_entropy(label_smoothing=...)`` (§5.4), (N,) -> (N, V):
+    ``(1 - smoothing) * onehot(target) + smoothing / vocab_size``, zero rows for padding."""
     q = torch.full((target.numel(), vocab_size), smoothing / vocab_size)
     q.scatter_(1, target.reshape(-1, 1), 1 - smoothing + smoothing / vocab_size)
     q[target.reshape(-1) == pad_id] = 0
@@ -33,13 +30,8 @@ def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: 
 def label_smoothed_loss(
     logits: Tensor, target: Tensor, pad_id: int, smoothing: float = 0.1
 ) -> tuple[Tensor, Tensor]:
-    """Summed cross-entropy against the smoothed targets (§5.4), and the number of non-pad
-    targets.
-
-    The sum (not the mean) lets the loop normalise by the tokens of a whole update, however it
-    is split into micro-batches or processes. Computed in float32 even under bf16 autocast.
-    Shape: ``logits`` (B, T, V), ``target`` (B, T) -> two scalars.
-    """
+    """Cross-entropy against the smoothed targets (§5.4), summed in float32 over ``target``
+    (B, T), and the count of its non-pad tokens; ``logits`` (B, T, V)."""
     loss = F.cross_entropy(
         logits.flatten(0, 1).float(),
         target.flatten(),
@@ -50,7 +42,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:331 (cell 21)
+# %% book/training.md:321 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business.
@@ -108,7 +100,7 @@ class TrainingConfig:
     fused_adam: bool = False  # Adam's update of every parameter in one fused kernel
 
     def __post_init__(self):
-        """Refuse, where it is made, a setting the loop cannot use, naming it (ConfigError)."""
+        """Refuse, naming it, a setting the loop cannot use (ConfigError)."""
         counts = ("max_steps", "warmup_steps", "max_tokens", "accumulation", "log_every")
         for name in (*counts, "checkpoint_every", "keep_checkpoints", "validate_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:  # validate_every: None
@@ -127,7 +119,7 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:429 (cell 23)
+# %% book/training.md:419 (cell 23)
 def backward_batch(
     network: nn.Module,
     batch,
@@ -136,13 +128,9 @@ def backward_batch(
     pad_id: int,
     autocast=None,
 ) -> tuple[float, float]:
-    """Add one batch's share of an update's gradient (§5.3): that of its smoothed loss (§5.4),
-    summed over its target tokens, divided by ``divisor``, the update's target tokens.
-
-    Returns the batch's sums of the smoothed loss and of the negative log-likelihood of the same
-    logits without smoothing (§5.4's smoothing hurts perplexity: this is the measure that
-    compares with validation).
-    """
+    """Add one batch's share of an update's gradient (§5.3): its summed smoothed loss over
+    ``divisor``, the update's target tokens. Returns its sums of the smoothed loss and of the
+    negative log-likelihood without smoothing (which compares with validation)."""
     with autocast or nullcontext():  # bf16 autocast on a GPU, see train
         logits = network(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
     loss, _ = label_smoothed_loss(logits, batch.tgt_out, pad_id, config.label_smoothing)
@@ -161,8 +149,7 @@ def finish_update(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     config: TrainingConfig,
 ) -> None:
-    """Take the optimizer step of the gradient the batches added, advance the schedule (§5.3),
-    and clear the gradient for the next update."""
+    """Step the optimizer and the schedule (§5.3), then clear the gradient for the next update."""
     if config.clip_grad_norm is not None:
         nn.utils.clip_grad_norm_(network.parameters(), config.clip_grad_norm)
     optimizer.step()
@@ -179,12 +166,8 @@ def update_step(
     pad_id: int,
     autocast=None,
 ) -> tuple[float, float, int]:
-    """One optimizer update (§5.3) from the batches of ``group``.
-
-    The gradient is that of the smoothed loss summed over the whole update, divided by its
-    target tokens. Returns three sums over the batches: the smoothed loss, the negative
-    log-likelihood without smoothing, and the target tokens.
-    """
+    """One optimizer update (§5.3) from the batches of ``group``, normalised by all their target
+    tokens. Returns the sums of the smoothed loss, of the NLL and of the target tokens."""
     tokens = sum(int((b.tgt_out != pad_id).sum()) for b in group)
     total, total_nll = 0.0, 0.0
     for batch in group:

@@ -18,8 +18,8 @@ def rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> floa
 
 
 def cooldown(step: int, max_steps: int, cooldown_steps: int | None) -> float:
-    """The factor on formula (3) at update ``step`` of ``max_steps`` (not the paper's): 1, then
-    falling linearly over the last ``cooldown_steps`` updates to ``1 / cooldown_steps``."""
+    """The factor on formula (3) at ``step`` of ``max_steps``: 1, then linear to 1 / N over the
+    last N = ``cooldown_steps`` updates (not the paper's)."""
     return 1.0 if not cooldown_steps else min(1.0, (max_steps + 1 - step) / cooldown_steps)
 
 
@@ -36,10 +36,8 @@ def make_optimizer(
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Adam with β = (0.9, 0.98), ε = 1e-9 and the warm-up schedule of formula (3) (§5.3).
 
-    The optimizer's base rate is 1, so the scheduler's factor *is* the learning rate; update n
-    (counted from 1) uses ``rate(n, d_model, warmup_steps, scale)`` times ``cooldown(n, ...)``.
-    ``fused=True`` updates every parameter in one kernel (the performance chapter measures it);
-    ``None`` keeps PyTorch's default (a kernel per group of tensors on a GPU, a loop on the CPU).
+    The base rate is 1, so the scheduler's factor is the learning rate: ``rate(n, ...)`` times
+    ``cooldown(n, ...)`` at update n. ``fused``: PyTorch's option (None: its default).
     """
     if cooldown_steps and not 0 < cooldown_steps <= max_steps:
         raise ValueError(f"{cooldown_steps=} must be 1..max_steps ({max_steps}): shorten it")

@@ -24,11 +24,8 @@ BYTE_ALPHABET = pre_tokenizers.ByteLevel.alphabet()
 def learn_bpe(
     sentences: Iterable[str], vocab_size: int = VOCAB_SIZE, min_frequency: int = 2
 ) -> Tokenizer:
-    """Byte-level BPE learned from ``sentences`` until it holds ``vocab_size`` symbols (§5.1).
-
-    ``min_frequency``: a pair seen fewer times is never merged (a symbol with one example
-    teaches an embedding nothing), so a small corpus may yield fewer than ``vocab_size``.
-    """
+    """Byte-level BPE learned from ``sentences`` until it holds ``vocab_size`` symbols (§5.1);
+    a pair seen fewer than ``min_frequency`` times (teaching an embedding little) is not merged."""
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)  # text -> bytes
     tokenizer.decoder = decoders.ByteLevel()  # bytes -> text
@@ -43,7 +40,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:352 (cell 13)
+# %% book/data_pipeline.md:339 (cell 13)
 import os
 from pathlib import Path
 
@@ -55,16 +52,9 @@ from transformer_lib.provenance import atomic_file
 class BPETokenizer:
     """A byte-level byte-pair vocabulary shared by source and target language (§5.1).
 
-    Ids 0 to 3 are the special tokens ``<pad>``, ``<s>``, ``</s>`` and ``<unk>``, fixed for every
-    model of the book; text such as ``"<s>"`` inside a sentence is ordinary text.
-    ``decode(encode(text)) == text`` for any text that does not start with whitespace. Make one
-    with :meth:`train` or :meth:`load` (or :meth:`from_json`, from a checkpoint).
-
-    Args:
-        tokenizer: a ``tokenizers.Tokenizer`` with the four special tokens at their ids.
-
-    Raises:
-        DataError: a special token of ``tokenizer`` is not at its id.
+    Wraps a ``tokenizers.Tokenizer`` whose special tokens ``<pad>``, ``<s>``, ``</s>`` and
+    ``<unk>`` are ids 0 to 3 (else a DataError); ``decode(encode(text)) == text`` for any text
+    that does not start with whitespace. Make one with :meth:`train` or :meth:`load`.
 
     Example:
         >>> from transformer_lib import BPETokenizer
