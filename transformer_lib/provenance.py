@@ -23,15 +23,9 @@ COMMIT_ENV = "TRANSFORMER_LIB_COMMIT"  # the commit, where a copy of the code ha
 
 @contextmanager
 def atomic_file(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
-    """Open a file that appears at ``path`` complete or not at all.
-
-    The content goes to a temporary file beside ``path``, which is flushed to the disk and renamed
-    over ``path`` when the ``with`` block ends without an error; after an error it is deleted and
-    ``path`` is left as it was. The new file gets the permissions a plain ``open`` would give.
-    The rename (``os.replace``) is atomic on POSIX systems; Windows does not promise it. A
-    process killed before the rename leaves the temporary file: see
-    :func:`remove_stale_temporaries`, which a resumed training run calls on its folder.
-    """
+    """Open a file that appears at ``path`` complete or not at all (on POSIX; Windows does not
+    promise an atomic rename), with the permissions a plain ``open`` gives. A process killed
+    before the rename leaves the temporary file: see :func:`remove_stale_temporaries`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -49,14 +43,11 @@ def atomic_file(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
         raise
 
 
-# %% book/provenance.md:80 (cell 4)
+# %% book/provenance.md:74 (cell 4)
 @contextmanager
 def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
-    """A folder that appears at ``path`` complete or not at all, as :func:`atomic_file` makes a
-    file: the block fills the temporary folder it is given, beside ``path``, which is renamed to
-    ``path`` when the block ends without an error and deleted otherwise. ``path`` must not exist
-    by then (the block may delete an older copy last); if it does, the rename raises ``OSError``.
-    """
+    """A folder that appears at ``path`` complete or not at all: the block fills the temporary
+    folder it is given, renamed to ``path`` (which must not exist by then, else ``OSError``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
@@ -68,14 +59,13 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def stale_temporaries(folder: str | os.PathLike) -> list[Path]:
-    """The temporary files that :func:`atomic_file` left in ``folder`` when its process was killed
-    before it could rename or delete them (``.<name>.<random>.tmp``)."""
+    """The ``.<name>.<random>.tmp`` files a killed :func:`atomic_file` left in ``folder``."""
     return sorted(Path(folder).glob(".*.*.tmp")) if Path(folder).is_dir() else []
 
 
 def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
-    """Delete :func:`stale_temporaries` of ``folder``; return them. Call it only where no other
-    process writes at the same time (a run's own folder, when the run resumes)."""
+    """Delete :func:`stale_temporaries` of ``folder`` and return them; only where no other process
+    writes (a run's own folder, when it resumes)."""
     found = stale_temporaries(folder)
     for path in found:
         path.unlink(missing_ok=True)
@@ -83,7 +73,6 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through :func:`atomic_file`."""
     with atomic_file(path) as file:
         file.write(text)
 
@@ -95,13 +84,12 @@ def write_json(path: str | os.PathLike, value, compact: bool = False) -> None:
 
 
 def jsonable(config) -> dict:
-    """A dataclass as the dict that JSON gives back (tuples become lists), to compare with a file."""
+    """A dataclass as JSON gives it back (tuples become lists), to compare with a file."""
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-# %% book/provenance.md:163 (cell 8)
+# %% book/provenance.md:152 (cell 8)
 def _checkout() -> Path:
-    """The folder that holds the imported package: a git checkout, or a copy of one."""
     import transformer_lib
 
     return Path(transformer_lib.__file__).resolve().parent.parent
@@ -124,9 +112,8 @@ CODE_SUFFIXES = (".py", ".sh")
 
 
 def source_digest(checkout: Path | None = None) -> str:
-    """SHA-256 over the code under ``checkout`` (default: where the package is imported from):
-    each ``.py`` and ``.sh`` file of :data:`CODE_FOLDERS`, by its path and its bytes, in path
-    order. It needs no git, so a copy of the code without ``.git`` can name what it ran."""
+    """SHA-256 over each ``.py`` and ``.sh`` file of :data:`CODE_FOLDERS` under ``checkout``
+    (default: the imported package's), by path and bytes: it needs no git."""
     checkout = Path(checkout) if checkout is not None else _checkout()
     digest = hashlib.sha256()
     files = [p for folder in CODE_FOLDERS for p in (checkout / folder).rglob("*")]
@@ -137,8 +124,7 @@ def source_digest(checkout: Path | None = None) -> str:
 
 
 def _changes(checkout: Path) -> dict:
-    """What the working tree changes against its commit, outside ``results/``: nothing, or the
-    changed files and the SHA-256 of the diff."""
+    """The working tree's changes against its commit outside ``results/``: files, diff's hash."""
     outside_results = ("--", ".", ":(exclude)results")
     status = _git("status", "--porcelain", "--untracked-files=no", *outside_results, cwd=checkout)
     if not status:
@@ -150,12 +136,9 @@ def _changes(checkout: Path) -> dict:
 
 
 def git_commit(checkout: Path | None = None) -> dict:
-    """The commit of the code under ``checkout`` (default: where the package is imported from),
-    what the working tree changes against it, and :func:`source_digest`; the commit comes from
-    ``$TRANSFORMER_LIB_COMMIT`` where the code is not a git checkout or where the variable names
-    another commit than git's (a copied ``.git`` can be older than the files beside it: what git
-    said is then kept under ``git_checkout``). Changes under ``results/`` do not count: they are
-    what runs write, such as a report replacing the one in the commit."""
+    """The commit of the code under ``checkout``, its changes and :func:`source_digest`. The
+    variable ``$TRANSFORMER_LIB_COMMIT`` wins over git (whose answer is then kept under
+    ``git_checkout``); changes under ``results/``, which runs write, do not count."""
     checkout = Path(checkout) if checkout is not None else _checkout()
     named = os.environ.get(COMMIT_ENV) or None
     source = {"source_sha256": source_digest(checkout)}
@@ -169,7 +152,7 @@ def git_commit(checkout: Path | None = None) -> dict:
 
 
 def cpu_name() -> str:
-    """The processor's model name (from /proc/cpuinfo on Linux) and its number of cores."""
+    """The processor's model name (/proc/cpuinfo on Linux) and number of cores."""
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -213,7 +196,7 @@ def library_versions() -> dict:
 
 
 def environment(device) -> dict:
-    """Everything a manifest says about where a result was made: code, machine, versions."""
+    """What a manifest says about where a result was made: code, machine, versions."""
     return {**git_commit(), "device": device_name(device), "versions": library_versions()}
 
 

@@ -30,16 +30,8 @@ from transformer_lib.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, BPETokeniz
 
 TEST_SPLITS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
 TOKENIZED_SPLIT = "test_2016_flickr"  # where tutorials report lowercased, tokenized BLEU
-REPORT_FILES = (
-    "config.json",  # with model.safetensors and tokenizer.json: the model that was evaluated
-    "model.safetensors",
-    "tokenizer.json",
-    "metrics.jsonl",
-    "bleu.json",
-    "samples.md",
-    "attention.json",
-    "manifest.json",
-)
+REPORT_FILES = ("config.json", "model.safetensors", "tokenizer.json", "metrics.jsonl", "bleu.json",
+                "samples.md", "attention.json", "manifest.json")  # fmt: skip
 # The axes of the weights in attention.json: [layer][head][query position][key position].
 ATTENTION_AXES = {
     "encoder": ("source_tokens", "source_tokens"),
@@ -53,8 +45,7 @@ class ReportError(TransformerLibError, ValueError):
 
 
 def hypotheses_name(split: str, tgt: str) -> str:
-    """The file of a split's translations in a report folder, one sentence a line."""
-    return f"hyp.{split}.{tgt}.txt"
+    return f"hyp.{split}.{tgt}.txt"  # a split's translations, one sentence a line
 
 
 def last_checkpoints(run_dir: Path, n: int = 5) -> list[Path]:
@@ -68,27 +59,20 @@ def last_checkpoints(run_dir: Path, n: int = 5) -> list[Path]:
     return found[-n:]
 
 
-# %% book/shipped_models.md:114 (cell 4)
+# %% book/shipped_models.md:105 (cell 4)
 def token_labels(tokenizer: BPETokenizer, ids: Sequence[int]) -> list[str]:
-    """A readable label for each BPE id: its text without the leading space that marks a word
-    start, special tokens by name, ``␣`` for a piece that is only a space."""
-    labels = []
-    for token_id in ids:
-        if token_id < len(SPECIAL_TOKENS):
-            labels.append(SPECIAL_TOKENS[token_id])
-        else:
-            labels.append(tokenizer.tokenizer.decode([token_id]).strip() or "␣")
-    return labels
+    """A label for each BPE id: its text without the word-start space, special tokens by name,
+    ``␣`` for a piece that is only a space."""
+    decode = tokenizer.tokenizer.decode
+    return [
+        SPECIAL_TOKENS[i] if i < len(SPECIAL_TOKENS) else decode([i]).strip() or "␣" for i in ids
+    ]
 
 
 def attention_example(model, tokenizer: BPETokenizer, source: str, translation: str) -> dict:
-    """The attention of ``model`` while it reads ``source`` and its ``translation`` (§3.2.3).
-
-    The translation is encoded again and fed to the decoder whole (teacher forcing on the model's
-    own output), which gives, in one pass, the weights the search used at each step. Weights are
-    rounded to 3 decimals, as lists ``[layer][head][query][key]``; ``ATTENTION_AXES`` names the
-    labels of each axis. Shapes: encoder (N, h, S, S), decoder (N, h, T, T), cross (N, h, T, S).
-    """
+    """The attention of ``model`` while it reads ``source`` and its ``translation`` (§3.2.3),
+    fed whole to the decoder: in one pass, the weights the search used at each step, rounded to 3
+    decimals as lists ``[layer][head][query][key]`` (labels: ``ATTENTION_AXES``)."""
     src_ids = tokenizer.encode(source) + [EOS_ID]
     predicted = tokenizer.encode(translation) + [EOS_ID]  # what each decoder position writes
     read = [BOS_ID] + predicted[:-1]  # what it reads: the same tokens, shifted right
@@ -111,59 +95,30 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
     }
 
 
-# %% book/shipped_models.md:166 (cell 6)
-def _samples_markdown(
-    pairs, translations, src: str, tgt: str, steps: list[int], search: SearchConfig
-) -> str:
+# %% book/shipped_models.md:150 (cell 6)
+def _samples_markdown(pairs, translations, src, tgt, steps: list[int], search) -> str:
     lines = [
-        f"# Sample translations, {src} → {tgt}, {TOKENIZED_SPLIT}",
-        "",
+        f"# Sample translations, {src} → {tgt}, {TOKENIZED_SPLIT}\n",
         f"The first {len(pairs)} sentences of the test set, translated by the average of the "
         f"checkpoints of steps {', '.join(map(str, steps))} "
-        f"(beam {search.beam_size}, α {search.alpha}).",
-        "",
+        f"(beam {search.beam_size}, α {search.alpha}).\n",
     ]
-    for number, ((source, reference), translation) in enumerate(
-        zip(pairs, translations, strict=True), 1
-    ):
-        lines += [
-            f"{number}. source: {source}",
-            f"   - reference: {reference}",
-            f"   - translation: {translation}",
-            "",
-        ]
+    rows = zip(pairs, translations, strict=True)
+    for number, ((source, reference), translation) in enumerate(rows, 1):
+        lines.append(f"{number}. source: {source}\n   - reference: {reference}\n"
+                     f"   - translation: {translation}\n")  # fmt: skip
     return "\n".join(lines)
 
 
 def _score_splits(
-    model,
-    tokenizer,
-    splits: Sequence[str],
-    src: str,
-    tgt: str,
-    out: Path,
-    bleu: dict,
-    data_dir: Path | None,
-    search: SearchConfig,
-    limit: int | None,
-    progress: bool,
+    model, tokenizer, splits, src, tgt, out: Path, bleu: dict, data_dir, search, limit, progress
 ) -> dict:
-    """Translate and score each split with ``evaluate_split``, write its hypothesis file into
-    ``out`` and its entry into ``bleu["splits"]``; returns each split's sentence pairs and
-    translations."""
+    """Translate and score each split, writing its hypotheses into ``out`` and its entry into
+    ``bleu["splits"]``; returns each split's sentence pairs and translations."""
     translated = {}
     for split in splits:
-        scores, hypotheses = evaluate_split(
-            model,
-            tokenizer,
-            split,
-            src,
-            tgt,
-            data_dir=data_dir,
-            search=search,
-            limit=limit,
-            progress=progress,
-        )
+        options = dict(data_dir=data_dir, search=search, limit=limit, progress=progress)
+        scores, hypotheses = evaluate_split(model, tokenizer, split, src, tgt, **options)
         name = hypotheses_name(split, tgt)
         write_text_atomically(out / name, "".join(line + "\n" for line in hypotheses))
         keys = ("bleu", "bleu_signature", "bleu_detail", "chrf", "chrf_signature", "sentences")
@@ -180,8 +135,7 @@ def _score_splits(
 def _write_attention(
     out: Path, model, tokenizer, pairs, hypotheses, sentences: int, max_tokens: int
 ) -> None:
-    """``attention.json``: the weights of ``sentences`` translations, those whose source and
-    translation have fewer than ``max_tokens`` tokens first."""
+    """``attention.json``: ``sentences`` translations, those shorter than ``max_tokens`` first."""
 
     def too_long(i: int) -> bool:  # the file grows with the lengths squared: keep them short
         texts = (pairs[i][0], hypotheses[i])
@@ -195,25 +149,24 @@ def _write_attention(
 
 
 def _training_summary(run_dir: Path, checkpoint: dict) -> dict:
-    """The manifest's ``training`` entry: the updates of the averaged ``checkpoint``, the clocks
-    and processes of the run's last one, and the median speed of its log."""
+    """The manifest's ``training`` entry: the averaged ``checkpoint``'s updates, the last one's
+    clocks and processes, and the log's median speed."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     speeds = [r["tokens_per_s"] for r in records if r["kind"] == "train"]
     last = load_checkpoint(run_dir / "checkpoints" / "last.pt")  # the clocks and the processes
+    # Median over the log's windows, the first one left out (it includes warming up).
+    speed = round(statistics.median(speeds[1:] or speeds), 1) if speeds else None
     return {
         "steps": int(checkpoint["step"]),
         "wall_s": round(float(checkpoint.get("wall", 0.0)), 1),  # updates only, all commands
         # Everything the training loop did, validation and checkpoints included.
         "elapsed_s": round(float(last.get("elapsed", last["wall"])), 1),
         "processes": len(last["rng"]),  # one random state per process
-        # Median over the log's windows, the first one left out (it includes warming up).
-        "target_tokens_per_s": round(statistics.median(speeds[1:] or speeds), 1)
-        if speeds
-        else None,
+        "target_tokens_per_s": speed,
     }
 
 
-# %% book/shipped_models.md:269 (cell 7)
+# %% book/shipped_models.md:222 (cell 7)
 def write_report(
     run_dir: Path,
     out: Path,
@@ -231,19 +184,13 @@ def write_report(
     shipped_dtype: torch.dtype | None = None,
     progress: bool = False,
 ) -> dict:
-    """Evaluate a finished training run as §6.1 does and write its report into ``out``.
+    """Evaluate a finished run as §6.1 does and write its report (``REPORT_FILES`` and one
+    hypothesis file a split) into ``out``; returns ``bleu.json``.
 
-    Averages the last ``average`` checkpoints of ``run_dir`` (into ``run_dir/average.pt``),
-    translates each split with ``search`` (default: the model's own, which its checkpoints
-    record), scores it with sacreBLEU and writes the files of ``REPORT_FILES`` and one hypothesis
-    file per split; the shipped model's ``config.json`` records the search it was scored with.
-    ``limit`` keeps only the first sentences of each split (quick checks; ``bleu.json`` says so).
-    ``attention_sentences`` sentences of the first split go into ``attention.json``: those whose
-    source and translation have fewer than ``attention_max_tokens`` tokens, others only when too
-    few are that short.
-    ``manifest`` adds entries (the commands) to ``manifest.json``; ``shipped_dtype`` is the type
-    of the shipped weights (default: the model's float32). Returns ``bleu.json``.
-    """
+    The last ``average`` checkpoints are averaged (into ``run_dir/average.pt``) and each split is
+    translated with ``search`` (default: the model's own). ``limit`` keeps the first sentences of
+    each split; ``manifest`` adds entries (the commands) to ``manifest.json``; ``shipped_dtype``
+    is the shipped weights' type (default: the model's float32)."""
     started = time.perf_counter()
     run_dir, out = Path(run_dir), Path(out)
     config = json.loads((run_dir / "config.json").read_text())
@@ -256,21 +203,13 @@ def write_report(
     model, tokenizer, checkpoint = load_translator(run_dir / "average.pt", device)
     search = search or model.record.search
     out.mkdir(parents=True, exist_ok=True)
-    # The averaged model ships with the report, and what is scored is the model read back from
-    # the shipped files (see "The model that ships with a report" below).
+    # What is scored is the shipped model as read back (float16 rounding included).
     shipped = save_pretrained(model, tokenizer, config, out, dtype=shipped_dtype, search=search)
     model, tokenizer = load_pretrained(out, device)
 
-    bleu = {
-        "src": src,
-        "tgt": tgt,
-        "averaged_steps": averaged["averaged_steps"],
-        "beam_size": search.beam_size,
-        "alpha": search.alpha,
-        "max_length": f"input + {search.extra_length}",
-        "limit": limit,
-        "splits": {},
-    }
+    bleu = {"src": src, "tgt": tgt, "averaged_steps": averaged["averaged_steps"],
+            "beam_size": search.beam_size, "alpha": search.alpha,
+            "max_length": f"input + {search.extra_length}", "limit": limit, "splits": {}}  # fmt: skip
     translated = _score_splits(
         model, tokenizer, splits, src, tgt, out, bleu, data_dir, search, limit, progress
     )
@@ -297,9 +236,8 @@ def write_report(
 
 
 def read_report(folder: Path) -> dict:
-    """The files of a report folder, parsed: ``config``, ``metrics`` (a list of records),
-    ``bleu``, ``samples`` (Markdown text), ``attention``, ``manifest`` and ``hypotheses``
-    (split -> list of lines). Raises :class:`ReportError` when a file is missing or short."""
+    """A report folder's files, parsed, by name (``metrics``: a list of records, ``hypotheses``:
+    split -> lines); :class:`ReportError` when a file is missing or short."""
     folder = Path(folder)
     missing = [name for name in REPORT_FILES if not (folder / name).is_file()]
     if missing:
@@ -327,59 +265,47 @@ def read_report(folder: Path) -> dict:
     return report
 
 
-# %% book/profiles.md:97 (cell 3)
-# The book's targets: the cased BLEU on test_2016_flickr that each profile's run set out to reach,
-# by (profile, source, target language); the chapter "The real run" sets them beside the anchors.
-TARGETS = {
-    ("laptop", "de", "en"): 41,
-    ("laptop", "en", "de"): 39,
-    ("full", "de", "en"): 42,
-    ("full", "en", "de"): 40,
-}
+# %% book/profiles.md:1121 (cell 35)
+from transformer_lib.book.significance import paired_bleu, read_translations
+
+# The cased BLEU on test_2016_flickr each profile's run set out to reach, by (profile, source,
+# target); the chapter "The real run" sets them beside the anchors.
+TARGETS = {("laptop", "de", "en"): 41, ("laptop", "en", "de"): 39,
+           ("full", "de", "en"): 42, ("full", "en", "de"): 40}  # fmt: skip
 
 
 def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
-    """The runs of the `laptop` profile that differ only by their seed, by direction (``"de-en"``)
-    and seed: the recorded run (``multi30k-<src>-<tgt>-laptop/``) and the reports of
-    ``laptop-seeds/<src>-<tgt>-seed_<N>/`` (``tools/laptop_seeds.sh``), each with its translations.
-    Each is its ``bleu.json``, with its ``config.json`` under ``"config"``, its
-    ``manifest.json`` under ``"manifest"`` and its folder under ``"folder"``; the seed is the one
-    its config records. A folder without ``bleu.json`` (a run still training) is left out."""
+    """The `laptop` runs that differ only by their seed, by direction (``"de-en"``) and seed: the
+    recorded run and ``laptop-seeds/*/`` (``tools/laptop_seeds.sh``). Each is its ``bleu.json``
+    with ``config``, ``manifest`` and ``folder`` added; a run still training is left out."""
     results = Path(results)
     folders = sorted(results.glob("multi30k-*-laptop")) + sorted(results.glob("laptop-seeds/*"))
-    files = [(f / "bleu.json", f / "config.json", f / "manifest.json") for f in folders]
     runs: dict[str, dict[int, dict]] = {}
-    for bleu_path, config_path, manifest_path in files:
-        if not bleu_path.is_file():
+    for folder in folders:
+        if not (folder / "bleu.json").is_file():
             continue
-        bleu, config = json.loads(bleu_path.read_text()), json.loads(config_path.read_text())
+        bleu, config, manifest = (
+            json.loads((folder / f"{name}.json").read_text())
+            for name in ("bleu", "config", "manifest")
+        )
         pair, seed = f"{bleu['src']}-{bleu['tgt']}", config["training"]["seed"]
         if seed in runs.get(pair, {}):
-            raise ReportError(f"{bleu_path}: a second run of {pair} with seed {seed}")
-        manifest = json.loads(manifest_path.read_text())
-        run = {**bleu, "config": config, "manifest": manifest, "folder": bleu_path.parent}
+            raise ReportError(f"{folder / 'bleu.json'}: a second run of {pair} with seed {seed}")
+        run = {**bleu, "config": config, "manifest": manifest, "folder": folder}
         runs.setdefault(pair, {})[seed] = run
     return {pair: dict(sorted(seeds.items())) for pair, seeds in sorted(runs.items())}
 
 
 def seed_spread(runs: dict[int, dict], split: str = "test_2016_flickr") -> dict[str, float]:
-    """The BLEU on ``split`` of a direction's seeds (``runs`` as :func:`seed_reports` gives them):
-    how many, their mean, the lowest and the highest."""
+    """The number, mean, lowest and highest BLEU on ``split`` of a direction's seeds."""
     scores = [run["splits"][split]["bleu"] for run in runs.values()]
     return {"seeds": len(scores), "mean": statistics.fmean(scores), "min": min(scores),
             "max": max(scores)}  # fmt: skip
 
 
-# %% book/profiles.md:220 (cell 6)
-from transformer_lib.book.significance import paired_bleu, read_translations
-
-
 def recorded_comparisons(results: Path, split: str = "test_2016_flickr") -> dict:
     """The paired tests *The real run* states, by (runs, change, direction): the `full` run
-    against each seed of the laptop profile, then each choice made after a test score had been
-    seen, against the run it replaced (the width-128 and α = 0.6 laptop runs of
-    ``laptop-search-2/hour/``, the `full` profile's first runs, its shipped model at α = 0.6)."""
-    from transformer_lib.data import load_multi30k
+    against each laptop seed, then each choice made after a test score had been seen."""
     from transformer_lib.recipe import PROFILES
 
     hour, first_runs = results / "laptop-search-2" / "hour", results / "full-search" / "first-runs"
