@@ -344,7 +344,8 @@ def compile_mode(config: TrainingConfig) -> str | None:
 @dataclass(frozen=True)
 class Validation:
     """What the loop validates on: ``batches`` (as ``batches(epoch)`` returns them) for the loss
-    and perplexity, and ``metrics(model)``, further figures (e.g. BLEU) of the model in eval mode."""
+    and perplexity, and ``metrics(model)``, further figures (e.g. BLEU) of the model in eval
+    mode."""
 
     batches: Sequence
     metrics: Callable[[nn.Module], dict] | None = None
@@ -354,8 +355,9 @@ class Validation:
 class RunOptions:
     """How one call of :func:`train` runs: ``resume`` from ``checkpoints/last.pt``; stop after
     ``time_limit`` seconds, ``last.pt`` written; train on ``device`` (None: CUDA if available);
-    show ``progress``. ``metadata`` (JSON-able, e.g. the languages) goes into config.json and every
-    checkpoint and is checked on resume; ``attachments`` (e.g. the tokenizer) into every checkpoint."""
+    show ``progress``. ``metadata`` (JSON-able, e.g. the languages) goes into config.json and
+    every checkpoint and is checked on resume; ``attachments`` (e.g. the tokenizer) into every
+    checkpoint."""
 
     metadata: dict | None = None
     attachments: dict | None = None
