@@ -35,7 +35,7 @@ from transformer_lib.recipe import cached_run
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 
 
-# %% book/solutions.md:677 (cell 46)
+# %% book/solutions.md:676 (cell 46)
 class RandomTree:
     """A DecoderState whose random logits after a prefix are always the same for that prefix."""
 
@@ -91,7 +91,7 @@ def beam_against_exhaustive(limit: int = 4, vocab_size: int = 5) -> str:
     return f"{len(ranked)} possible outputs; misses in 20 searches, by beam size: {misses}"
 
 
-# %% book/solutions.md:742 (cell 48)
+# %% book/solutions.md:741 (cell 48)
 def what_alpha_changes(model, tokenizer, sentences: list[str]) -> str:
     """Decoding, exercise 2: the outputs that α = 1 changes against α = 0 are all longer."""
     src = pad_sources(tokenizer, sentences, model.config.pad_id)  # (N, S)
@@ -107,7 +107,7 @@ def what_alpha_changes(model, tokenizer, sentences: list[str]) -> str:
     return f"α = 1 changes {len(changed)} of {len(sentences)} outputs; lengths {lengths}"
 
 
-# %% book/solutions.md:767 (cell 50)
+# %% book/solutions.md:766 (cell 50)
 def hand_average(states: list[dict]) -> dict:
     """The mean of state dicts, summed and divided in the weights' own dtype (float32)."""
     return {key: sum(state[key] for state in states) / len(states) for key in states[0]}
@@ -145,7 +145,7 @@ def averaging_by_hand(checkpoints: list[Path], pairs: list[tuple[str, str]]) -> 
     )
 
 
-# %% book/solutions.md:814 (cell 52)
+# %% book/solutions.md:813 (cell 52)
 def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
     """The walkthrough, exercise 1: another test sentence through the chapter's two loops."""
     other = [s for s, _ in test if 8 <= len(s.split()) <= 14][1]
@@ -161,7 +161,7 @@ def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
     return f"{other}\npieces:{pieces}\ngreedy: {outputs[0]}\n{beam}: {outputs[1]}"
 
 
-# %% book/solutions.md:837 (cell 54)
+# %% book/solutions.md:836 (cell 54)
 def alpha_in_the_loop(model, tokenizer, sentence: str, src, beam_steps) -> str:
     """The walkthrough, exercise 2: ``beam_steps`` at α = 0, §6.1's 0.6 and the model's own."""
     runs, lines = {}, []
@@ -177,7 +177,7 @@ def alpha_in_the_loop(model, tokenizer, sentence: str, src, beam_steps) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:860 (cell 56)
+# %% book/solutions.md:859 (cell 56)
 def where_greedy_and_beam_part(model, src, greedy_ids, best_tokens, greedy_table, piece) -> str:
     """The walkthrough, exercise 3: the first output position where the two searches differ."""
     limit = torch.tensor([min(src.shape[1] + 50, model.config.max_len)])
@@ -199,7 +199,7 @@ def where_greedy_and_beam_part(model, src, greedy_ids, best_tokens, greedy_table
     )
 
 
-# %% book/solutions.md:889 (cell 58)
+# %% book/solutions.md:888 (cell 58)
 def mean_entropy(weights: torch.Tensor) -> torch.Tensor:
     """(..., L_q, L_k) weights -> (...,) the entropy of a row in nats, averaged over the rows."""
     return torch.distributions.Categorical(probs=weights).entropy().mean(-1)
@@ -222,14 +222,14 @@ def attention_entropy_by_layer(model, src, greedy_ids, weights, entropy) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:915 (cell 60)
+# %% book/solutions.md:914 (cell 60)
 def _references(report: dict, split: str) -> list[str]:
     """The references a report's split was scored against (its first sentences, if limited)."""
     bleu, entry = report["bleu"], report["bleu"]["splits"][split]
     return [tgt for _, tgt in load_multi30k(split, bleu["src"], bleu["tgt"])][: entry["sentences"]]
 
 
-# %% book/solutions.md:928 (cell 62)
+# %% book/solutions.md:927 (cell 62)
 def every_score_recomputed(reports: dict) -> str:
     """The real run, exercise 1: chrF and lowercased BLEU of every report, recomputed."""
     for report in reports.values():
@@ -243,7 +243,7 @@ def every_score_recomputed(reports: dict) -> str:
     return "chrF and lowercased BLEU agree with sacreBLEU for every run and test set"
 
 
-# %% book/solutions.md:949 (cell 64)
+# %% book/solutions.md:948 (cell 64)
 def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     """The real run, exercise 2: the 95% half-width of BLEU by the bootstrap, against sacreBLEU."""
     entry, metric = report["bleu"]["splits"][split], sacrebleu.BLEU()
@@ -268,7 +268,7 @@ def bootstrap_bleu(report: dict, split: str = "test_2016_flickr") -> str:
     return f"BLEU {entry['bleu']:.1f} ± {ours:.2f} (our bootstrap), ± {theirs:.2f} (sacreBLEU's)"
 
 
-# %% book/solutions.md:982 (cell 66)
+# %% book/solutions.md:981 (cell 66)
 def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
     """The real run, exercise 3: the averaged ci model's length ratio, brevity penalty and BLEU
     at α = 0, 0.6 and 1.2 on validation sentences; ``folder`` receives the average."""
@@ -290,7 +290,7 @@ def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:1015 (cell 68)
+# %% book/solutions.md:1014 (cell 68)
 def merged_pieces(word: str, rank: dict[tuple[str, str], int]) -> list[str]:
     """A pre-tokenized word's BPE pieces: join the adjacent pair of lowest ``rank`` while any is."""
     pieces = list(word)
@@ -320,7 +320,7 @@ def pieces_by_hand(tokenizer, recipe: dict, text: str, pairs: int = 200) -> str:
     return f"{len(sentences)} sentences, every id the tokenizer's; {text}\n{' '.join(pieces(text))}"
 
 
-# %% book/solutions.md:1054 (cell 70)
+# %% book/solutions.md:1052 (cell 70)
 def embedding_copies(model, folder: Path) -> str:
     """Translate in your browser, exercise 2: every copy of the tied embedding in the graphs of
     ``folder``, checked against ``model``'s, and its share of each download."""
@@ -354,7 +354,7 @@ def embedding_copies(model, folder: Path) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:1099 (cell 72)
+# %% book/solutions.md:1096 (cell 72)
 def where_8_bits_change_a_word(model, tokenizer, folder: Path, sentences: int = 100) -> str:
     """Translate in your browser, exercise 3: where 8 bits change a greedy translation, the float32
     model's gap between its two best pieces, against the gap at every step."""
