@@ -86,15 +86,8 @@ def matching_recurrent(base: TransformerConfig, n_layers: int) -> RecurrentConfi
     """The LSTM baseline whose parameter count is closest to ``base``'s (widths step by 16)."""
     with torch.device("meta"):  # shapes only
         target = sum(p.numel() for p in Transformer(base).parameters())
-    shared = dict(
-        src_vocab_size=base.src_vocab_size,
-        tgt_vocab_size=base.tgt_vocab_size,
-        n_layers=n_layers,
-        dropout=base.dropout,
-        pad_id=base.pad_id,
-        tie_embeddings=base.tie_embeddings,
-        max_len=base.max_len,
-    )
+    same = ("src_vocab_size", "tgt_vocab_size", "dropout", "pad_id", "tie_embeddings", "max_len")
+    shared = {name: getattr(base, name) for name in same} | {"n_layers": n_layers}
     candidates = [RecurrentConfig(d_model=d, **shared) for d in range(16, 4 * base.d_model + 1, 16)]
     return min(candidates, key=lambda c: abs(recurrent_parameters(c) - target))
 
@@ -140,7 +133,7 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
     return [v for v in variants if v.name in wanted or v.row in wanted]
 
 
-# %% book/sweep.md:376 (cell 14)
+# %% book/sweep.md:369 (cell 14)
 def _variant_training(profile: SweepProfile, max_steps: int | None) -> TrainingConfig:
     """How every variant trains: ``profile``'s training for ``max_steps`` (default: its own),
     validated ``profile.validations`` times and checkpointed ``profile.checkpoints`` times."""
@@ -239,7 +232,7 @@ def replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Variant
     ]
 
 
-# %% book/sweep.md:496 (cell 16)
+# %% book/sweep.md:485 (cell 16)
 SWEEP_PROFILES = {
     # A toy for tests and the demonstration: its numbers say nothing about the paper's claims.
     "ci": SweepProfile(
