@@ -151,8 +151,7 @@ class MultiHeadAttention(nn.Module):
         cache=None,
     ) -> Tensor:
         """Attend from ``query`` (B, L_q, d_model) to ``key`` and ``value`` (B, L_k, d_model)
-        with all heads at once (§3.2.2): (B, L_q, d_model). One tensor as all three is
-        self-attention, projected in one product.
+        with all heads at once (§3.2.2): (B, L_q, d_model); one tensor as all three: one product.
 
         Args:
             mask: bool, broadcasts to (B, h, L_q, L_k), ``True`` = may attend; None: every key.

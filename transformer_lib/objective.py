@@ -3,8 +3,7 @@
 
 
 # %% book/training.md:55 (cell 4)
-"""The training objective (paper §5): label smoothing, the training settings and one update
-(the loop around it is ``transformer_lib.training``, the Part II chapter "The training loop")."""
+"""The training objective (paper §5): label smoothing, the training settings and one update."""
 
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -17,7 +16,7 @@ from torch import Tensor, nn
 from transformer_lib.errors import ConfigError
 
 
-# %% book/training.md:198 (cell 13)
+# %% book/training.md:197 (cell 13)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
     """The target distribution of ``cross_entropy(label_smoothing=...)`` (§5.4), (N,) -> (N, V):
     ``(1 - smoothing) * onehot(target) + smoothing / vocab_size``, zero rows for padding."""
@@ -42,7 +41,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:321 (cell 21)
+# %% book/training.md:320 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business.
@@ -65,10 +64,9 @@ class TrainingConfig:
         seed (int): seeds Python, NumPy and PyTorch (plus the rank, for dropout).
         bf16 (bool): bf16 autocast on CUDA; the CPU always trains in float32.
         products (str | None): ``"onednn"``: a CPU's linear layers by oneDNN (chapter Performance).
-        compile (str | None): a ``torch.compile`` mode for the updates (``"default"`` or
-            ``"max-autotune-no-cudagraphs"``, and ``"reduce-overhead"`` with a
-            ``length_bucket``): fused kernels, the same arithmetic to rounding but dropout masks
-            of its own; None: eager (chapter Performance measures it).
+        compile (str | None): a ``torch.compile`` mode for the updates (``"default"``,
+            ``"max-autotune-no-cudagraphs"``, ``"reduce-overhead"`` with a ``length_bucket``):
+            the same arithmetic to rounding, dropout masks of its own; None: eager.
         packing (str | None): ``"masks"`` or ``"flex"``: each batch's sentences end to end in
             one row per side, no padding, the same loss (chapter The training loop); None: padded.
         length_bucket (int | None): packed rows rounded up to a multiple of it, so that compiled
@@ -119,7 +117,7 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:419 (cell 23)
+# %% book/training.md:417 (cell 23)
 def backward_batch(
     network: nn.Module,
     batch,

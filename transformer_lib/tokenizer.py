@@ -40,7 +40,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:339 (cell 13)
+# %% book/data_pipeline.md:336 (cell 13)
 import os
 from pathlib import Path
 
