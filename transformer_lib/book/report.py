@@ -77,8 +77,7 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
     predicted = tokenizer.encode(translation) + [EOS_ID]  # what each decoder position writes
     read = [BOS_ID] + predicted[:-1]  # what it reads: the same tokens, shifted right
     device = next(model.parameters()).device
-    src = torch.tensor([src_ids], device=device)  # (1, S)
-    tgt = torch.tensor([read], device=device)  # (1, T)
+    src, tgt = (torch.tensor([ids], device=device) for ids in (src_ids, read))  # (1, S), (1, T)
     maps = attention_maps(model, src, tgt)
     weights = {
         # Rounded in float64, whose nearest value to 0.123 prints as 0.123 (float32's does not).
@@ -95,7 +94,7 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
     }
 
 
-# %% book/shipped_models.md:150 (cell 6)
+# %% book/shipped_models.md:149 (cell 6)
 def _samples_markdown(pairs, translations, src, tgt, steps: list[int], search) -> str:
     lines = [
         f"# Sample translations, {src} → {tgt}, {TOKENIZED_SPLIT}\n",
@@ -132,9 +131,7 @@ def _score_splits(
     return translated
 
 
-def _write_attention(
-    out: Path, model, tokenizer, pairs, hypotheses, sentences: int, max_tokens: int
-) -> None:
+def _write_attention(out, model, tokenizer, pairs, hypotheses, sentences, max_tokens) -> None:
     """``attention.json``: ``sentences`` translations, those shorter than ``max_tokens`` first."""
 
     def too_long(i: int) -> bool:  # the file grows with the lengths squared: keep them short
@@ -166,7 +163,7 @@ def _training_summary(run_dir: Path, checkpoint: dict) -> dict:
     }
 
 
-# %% book/shipped_models.md:222 (cell 7)
+# %% book/shipped_models.md:219 (cell 7)
 def write_report(
     run_dir: Path,
     out: Path,
@@ -265,7 +262,7 @@ def read_report(folder: Path) -> dict:
     return report
 
 
-# %% book/profiles.md:1121 (cell 35)
+# %% book/profiles.md:1119 (cell 35)
 from transformer_lib.book.significance import paired_bleu, read_translations
 
 # The cased BLEU on test_2016_flickr each profile's run set out to reach, by (profile, source,
