@@ -20,9 +20,7 @@ from transformer_lib.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
 @dataclass(frozen=True)
 class Batch:
     """Padded sentence pairs as the model consumes them (§5.1); ``True`` in a mask = may attend.
-
-    Shape: ``B`` pairs, ``S`` longest source + 1 (``</s>``), ``T`` longest target + 1.
-    """
+    Shape: ``B`` pairs, ``S`` longest source + 1 (``</s>``), ``T`` longest target + 1."""
 
     src: Tensor  # (B, S) int64: x_1 ... x_n </s>, then <pad>
     tgt_in: Tensor  # (B, T) int64: <s> y_1 ... y_m, then <pad> (the decoder's input)
@@ -67,7 +65,7 @@ def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
     return Batch(src_t, tgt_in_t, tgt_out_t, padding_mask(src_t, PAD_ID), tgt_mask)
 
 
-# %% book/data.md:437 (cell 31)
+# %% book/data.md:435 (cell 31)
 def fill_batches(
     lengths: Sequence[tuple[int, int]],
     max_tokens: int,

@@ -125,8 +125,7 @@ class Embeddings(nn.Module):
 
 # %% book/model.md:300 (cell 19)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5): a float32
-    (max_len, d_model) table."""
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5), float32."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     frequency = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     encoding = torch.zeros(max_len, d_model, dtype=torch.float64)
@@ -135,7 +134,7 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-# %% book/model.md:323 (cell 21)
+# %% book/model.md:322 (cell 21)
 class PositionalEncoding(nn.Module):
     """Adds sinusoids (§3.5), a learned table (Table 3, row E) or nothing (``"none"``) to
     (B, L, d_model) embeddings, then dropout (§5.4). ``offset``: the first row's position (one
@@ -166,7 +165,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:452 (cell 29)
+# %% book/model.md:451 (cell 29)
 class EncoderLayer(nn.Module):
     """Self-attention, then the FFN, each a residual sub-layer (§3.1): (B, S, d_model) -> same."""
 
@@ -222,7 +221,7 @@ def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:548 (cell 33)
+# %% book/model.md:547 (cell 33)
 class Stack(nn.Module):
     """Embeddings, positions, N layers of class ``layer``, pre-LN a last LayerNorm (§3.1)."""
 
@@ -310,16 +309,10 @@ class Transformer(nn.Module):
     def decode(
         self, tgt, memory, src_mask, tgt_mask=None, need_weights=False, cache=None
     ) -> Tensor:
-        """Decoder states (B, T, d_model), before ``generator``, of target ids ``tgt`` (B, T).
-
-        Args:
-            memory: (B, S, d_model), from :meth:`encode`.
-            src_mask: the mask :meth:`encode` used (the memory holds no ids to find padding in).
-            tgt_mask: broadcasts to (B, h, T, T); None: the padding and causal masks together.
-            need_weights: keep each attention's weights in its ``weights``.
-            cache: a :class:`~transformer_lib.decoding.DecoderCache` while decoding one position
-                at a time: ``tgt`` (B, 1) follows what it holds, the encoder side included.
-        """
+        """Decoder states (B, T, d_model), before ``generator``, of target ids ``tgt`` (B, T),
+        given ``memory`` and the ``src_mask`` of :meth:`encode` (the memory holds no ids to find
+        padding in). ``tgt_mask`` defaults to the padding and causal masks; ``need_weights``
+        keeps each attention's weights; a ``DecoderCache`` decodes one position at a time."""
         if tgt_mask is None and cache is None:
             causal = subsequent_mask(tgt.shape[1], tgt.device)
             tgt_mask = padding_mask(tgt, self.config.pad_id) & causal
@@ -327,10 +320,7 @@ class Transformer(nn.Module):
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> Tensor:
         """Logits (B, T, V_tgt) of the next target token at every position: all of Figure 1.
-
-        ``src`` (B, S) source ids; ``tgt`` (B, T) the decoder input, ``<s> y_1 ... y_m``; the
-        masks as in :meth:`encode` and :meth:`decode`, padding (and causal) by default.
-        """
+        ``tgt`` is the decoder input, ``<s> y_1 ... y_m``; the masks as in encode and decode."""
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
         memory = self.encode(src, src_mask)
