@@ -314,7 +314,7 @@ def train_translation(
     )
 
 
-# %% book/recipe.md:409 (cell 9)
+# %% book/recipe.md:408 (cell 9)
 def library_hash() -> str:
     """A hash of the library's modules: the identity of the code that trains a run. The book's
     machinery (``transformer_lib.book``) and the tangle's ``# %%`` markers are left out: neither
