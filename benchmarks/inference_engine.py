@@ -13,6 +13,9 @@ The candidates, timed in turns round after round (``common.time_in_turns``):
   side once per sentence), ``translate --engine pytorch``;
 - ``ours, oneDNN``: the same search with ``transformer_lib.decoding.OneDNNDecoder`` (every product
   by oneDNN, a step written out flat with its attention), ``translate --engine onednn``;
+- ``the command line``: ``translate`` with no options in a process set up as
+  ``python -m transformer_lib translate`` sets itself up (``keep_freed_memory`` first, then the
+  model loaded and the command's own ``make_translator``), called in turns with the others;
 - ``CTranslate2 float32`` and ``CTranslate2 int8``: our model converted by ``transformer_lib.engine``;
 - ``transformers generate``: our model converted to a MarianMT folder (``transformer_lib.marian``)
   and searched by ``generate`` with the folder's settings (its own length penalty, at beam 4).
@@ -21,6 +24,10 @@ Each candidate but the first gets its best batch size, chosen before the timed r
 sentences for two batches of the largest size (``calibration_length``). With more than one
 thread, each CTranslate2 candidate runs in a process of its own, called in the same turns
 (``EngineProcess`` says why); transformers runs PyTorch, in ours.
+Beside the rows it times the whole command, start-up and loading included:
+``python -m transformer_lib translate --model ...`` with the test set on its standard input, with
+our decoder and with ``--engine ctranslate2`` (which converts the model as it loads), at the
+model's own search and at ``--beam 1``, in turns (``whole_commands``).
 Besides the times it records where one batch's decoding time goes (a profile of the decoder's
 operations: matrix products, cache copies, the search's softmax and top-k, the other kernels,
 and the rest, Python and dispatch; for ``ours`` and ``ours, oneDNN``), the peak memory of each engine (each in a process of its own)
@@ -79,6 +86,7 @@ BATCH_SIZES = (32, 64, 128, 256, 512)
 PEER = "CTranslate2 float32"
 INT8 = "CTranslate2 int8"
 DEFAULT = "translate, no options"
+COMMAND = "the command line"
 ONEDNN = "ours, oneDNN"
 HUGGING_FACE = "transformers generate"
 GOAL = 1.0  # translate with no options takes at most CTranslate2 float32's time
@@ -128,7 +136,8 @@ def load(args: argparse.Namespace) -> tuple[Transformer, BPETokenizer, dict]:
 
 def engines(model, tokenizer, threads: int, apart: dict | None = None) -> dict:
     """Each candidate as a function (sentences, search) -> translations; with ``apart`` (an
-    ``EngineProcess`` by name), each CTranslate2 candidate runs in its process of its own."""
+    ``EngineProcess`` by name), each CTranslate2 candidate runs in its process of its own, and
+    the command line's process (``CommandProcess``) joins when ``apart`` holds one."""
     if apart is None:
         float32 = CTranslate2Translator(model, tokenizer, threads=threads).translate
         int8 = CTranslate2Translator(model, tokenizer, quantize="int8", threads=threads).translate
@@ -136,6 +145,7 @@ def engines(model, tokenizer, threads: int, apart: dict | None = None) -> dict:
         float32, int8 = apart[PEER].translate, apart[INT8].translate
     return {
         **{name: our_translator(model, tokenizer, state) for name, state in OUR_STATES.items()},
+        **({COMMAND: apart[COMMAND].translate} if apart and COMMAND in apart else {}),
         PEER: float32,
         INT8: int8,
         HUGGING_FACE: huggingface_translator(model, tokenizer),
@@ -237,6 +247,75 @@ def _engine_worker(connection, args: argparse.Namespace, name: str) -> None:
         connection.send(translator.translate(sentences, search))
 
 
+# The command's process, as ``python -m transformer_lib translate --model NAME`` starts: the
+# allocator's setting first (its __main__), then the model and the command's own translator.
+COMMAND_PROCESS = """
+import json, sys
+from transformer_lib.cli import keep_freed_memory
+keep_freed_memory()
+from transformer_lib.decoding import SearchConfig
+from transformer_lib.engine import make_translator
+from transformer_lib.pretrained import load_pretrained
+model, tokenizer = load_pretrained(sys.argv[1])
+translator = make_translator(model, tokenizer, "ours", None)
+print(json.dumps("ready"), flush=True)
+for request in sys.stdin:
+    sentences, search = json.loads(request)
+    print(json.dumps(translator(sentences, SearchConfig(**search), False)), flush=True)
+"""
+
+
+class CommandProcess:
+    """``translate`` with no options in a process set up as the command line sets itself up
+    (``COMMAND_PROCESS``), called in turns with the others: each call sends the sentences and
+    the search, and reads the translations back, as JSON lines."""
+
+    def __init__(self, args: argparse.Namespace):
+        command = [sys.executable, "-c", COMMAND_PROCESS, args.model]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8"
+        )
+        assert json.loads(self.process.stdout.readline()) == "ready"
+
+    def translate(self, sentences, search: SearchConfig) -> list[str]:
+        self.process.stdin.write(json.dumps([list(sentences), vars(search)]) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def whole_commands(args: argparse.Namespace, sources: list[str]) -> dict:
+    """Seconds of ``python -m transformer_lib translate --model ...`` from start to exit, the
+    sources on its standard input, with our decoder and with CTranslate2, at the model's own
+    search and at ``--beam 1``, in turns (``args.rounds``, after one untimed round); and whether
+    each wrote one line a sentence."""
+    lines = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch, "source.txt")
+        source.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+
+        def run(argv: list[str], name: str) -> None:
+            with source.open("rb") as stdin:
+                done = subprocess.run(argv, stdin=stdin, capture_output=True, check=True)
+            lines[name] = len(done.stdout.decode("utf-8").splitlines())
+
+        calls = {}
+        for label, options in (("beam 4", []), ("greedy", ["--beam", "1"])):
+            for engine in ("ours", "ctranslate2"):
+                name = f"{label}, {engine}"
+                argv = [sys.executable, "-m", "transformer_lib", "translate", "--model"]
+                argv += [args.model, "--engine", engine, *options]
+                calls[name] = partial(run, argv, name)
+        times = common.time_in_turns(calls, args.rounds, 1, torch.device("cpu"))
+    return {
+        name: {**common.summary(seconds), "seconds": seconds, "lines": lines[name]}
+        for name, seconds in times.items()
+    }
+
+
 def with_batch_size(search: SearchConfig, size: int) -> SearchConfig:
     return SearchConfig(search.beam_size, search.alpha, search.extra_length, size)
 
@@ -279,7 +358,7 @@ def measure_search(
     chosen, calls = {}, {}
     outputs = {} if outputs is None else outputs
     for name, function in candidates.items():
-        tried = (SearchConfig().batch_size,) if name == DEFAULT else sizes
+        tried = (SearchConfig().batch_size,) if name in (DEFAULT, COMMAND) else sizes
         size, tried = best_batch_size(function, sources[:calibrate], search, tried, clock)
         chosen[name] = {"batch_size": size, "calibration_s": tried}
         config = with_batch_size(search, size)
@@ -411,6 +490,8 @@ def measure(args: argparse.Namespace) -> tuple[dict, dict]:
     # With more than one thread, each of CTranslate2's translators runs in a process of its own
     # (see EngineProcess).
     apart = {name: EngineProcess(args, name) for name in (PEER, INT8)} if args.threads > 1 else None
+    if apart is not None and not args.ci:  # the command loads a model by name
+        apart[COMMAND] = CommandProcess(args)
     candidates = engines(model, tokenizer, args.threads, apart)
     results = {
         **about,
@@ -452,6 +533,9 @@ def measure(args: argparse.Namespace) -> tuple[dict, dict]:
             name: peak_memory(args, name, results["searches"]["beam 4"][name]["batch_size"])
             for name in (DEFAULT, "ours", ONEDNN, PEER, INT8, HUGGING_FACE)
         }
+    if not args.ci:
+        print("-- the whole command, start-up and loading included")
+        results["whole command"] = whole_commands(args, sources)
     if not args.no_goals:
         print("-- cached against re-running decoding, the decoding benchmark's goals")
         results["cached_vs_rerun"] = cached_against_rerunning()
@@ -528,8 +612,10 @@ def report(results: dict) -> list[dict]:
             f"  {DEFAULT} takes {slower:.2f}x {PEER}'s time ({verdict} the goal {GOAL}x; "
             f"round by round {min(each):.2f}x to {max(each):.2f}x)"
         )
-        for name in ("ours", ONEDNN, HUGGING_FACE):
-            print(f"  {name} takes {peer['sentences_per_s'] / found[name]['sentences_per_s']:.2f}x")
+        for name in ("ours", ONEDNN, HUGGING_FACE, COMMAND):
+            if name in found:
+                slower = peer["sentences_per_s"] / found[name]["sentences_per_s"]
+                print(f"  {name} takes {slower:.2f}x")
         delta = found[INT8]["bleu"] - peer["bleu"]  # variant - reference
         verdict = "meets" if -delta < INT8_BLEU_LOSS else "MISSES"
         print(
@@ -548,6 +634,8 @@ def report(results: dict) -> list[dict]:
         print(
             f"peak memory, {name:22} {memory['peak_mib']:7.0f} MiB ({memory['added_mib']:+.0f} MiB translating)"
         )
+    for name, row in results.get("whole command", {}).items():
+        print(f"whole command, {name}: {row['median_s']:.2f} s ({row['lines']} lines out)")
     if results.get("committed"):
         c = results["committed"]
         print(f"{DEFAULT}, beam 4: {c['identical']} of {c['sentences']} lines are {c['file']}'s")
@@ -576,6 +664,8 @@ def translations_only(args: argparse.Namespace, device: torch.device) -> int:
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     own = recorded["ctranslate2_process"] == "its own"
     apart = {name: EngineProcess(args, name) for name in (PEER, INT8)} if own else None
+    if apart is not None and COMMAND in recorded["searches"]["beam 4"]:
+        apart[COMMAND] = CommandProcess(args)
     candidates, translations, problems = engines(model, tokenizer, args.threads, apart), {}, []
     with torch.inference_mode():
         for label, found in recorded["searches"].items():

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from transformer_lib.decoding import beam_search, greedy_search
+from transformer_lib.decoding import beam_search, best_candidates, greedy_search
 
 BOS, EOS = 0, 1
 
@@ -155,6 +155,20 @@ def test_a_larger_alpha_never_prefers_shorter_outputs(seed):
         lengths.append([len(h.tokens) for h in found])
     for shorter, longer in itertools.pairwise(lengths):
         assert all(a <= b for a, b in zip(shorter, longer, strict=True))
+
+
+@pytest.mark.parametrize("width", [7, 64 * 8, 64 * 8 + 1, 4000, 16000, 16001])
+@pytest.mark.parametrize("n", [1, 8])
+def test_best_candidates_is_topk(width, n):
+    """The top n found among the best blocks' numbers are torch.topk's: the same numbers at the
+    same places, best first, also where a row holds -inf and where the best crowd one block."""
+    generator = torch.Generator().manual_seed(width + n)
+    candidates = torch.randperm(5 * width, generator=generator).float().view(5, width)
+    candidates[0, : width // 2] = -torch.inf  # half a row impossible
+    candidates[1, :n] += 10 * width  # a row's best all in its first block
+    top, index = best_candidates(candidates, min(n, width))
+    expected_top, expected_index = candidates.topk(min(n, width), dim=1)
+    assert torch.equal(top, expected_top) and torch.equal(index, expected_index)
 
 
 def test_beam_size_must_be_positive():

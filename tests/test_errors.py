@@ -63,7 +63,7 @@ MISTAKES = [
     ("a batch of 0 sentences", lambda: SearchConfig(batch_size=0), ConfigError, ValueError,
      ["batch_size", "at least 1"]),
     ("a negative length penalty", lambda: SearchConfig(alpha=-0.5), ConfigError, ValueError,
-     ["alpha", "negative"]),
+     ["alpha", "at least 0"]),
     ("a beam of 0 given to the search itself",
      lambda: beam_search(None, 1, 2, torch.tensor([5]), beam_size=0), ConfigError, ValueError,
      ["beam_size"]),

@@ -67,6 +67,17 @@ def padded_sources(seed: int = 1) -> torch.Tensor:
     return src
 
 
+@pytest.mark.parametrize("keys", [1, 2, 7, 15, 16, 40])
+def test_softmax_in_place_is_softmax_for_short_and_long_rows(keys):
+    """Large scores (no overflow: the maximum is taken off first) and padding's -inf."""
+    from transformer_lib.onednn import softmax_in_place
+
+    scores = 100 * torch.randn(96, 4, keys, generator=torch.Generator().manual_seed(keys))
+    scores[::3, :, max(keys // 2, 1) :] = float("-inf")  # padded keys; every row keeps one
+    expected = scores.softmax(dim=-1)
+    torch.testing.assert_close(softmax_in_place(scores), expected)
+
+
 def test_onednn_linear_is_a_linear_layer_and_its_relu():
     torch.manual_seed(0)
     x, weight, bias = torch.randn(7, 3, 16), torch.randn(24, 16), torch.randn(24)

@@ -64,7 +64,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# %% book/command_line.md:290 (cell 10)
+def keep_freed_memory() -> bool:
+    """Tell glibc's allocator to keep what this process frees for its next tensors, rather than
+    hand it back to the system and fault it in again page by page: a setting of the whole
+    process, which ``python -m transformer_lib`` makes at its start because the process is its
+    own; the library never does. True where it was made (Linux with glibc), else False."""
+    import ctypes
+
+    if not sys.platform.startswith("linux") or not hasattr(libc := ctypes.CDLL(None), "mallopt"):
+        return False  # another system, or another C library (musl) without the setting
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    # malloc.h's M_TRIM_THRESHOLD (-1): trim the heap past 2 GiB free; M_MMAP_THRESHOLD (-3):
+    # map fresh pages only for blocks of 1 GiB and more
+    return libc.mallopt(-1, 2**31 - 1) == 1 and libc.mallopt(-3, 2**30) == 1
+
+
+# %% book/command_line.md:316 (cell 10)
 def add_train_command(commands) -> None:
     command = commands.add_parser(
         "train",
@@ -188,7 +203,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:519 (cell 20)
+# %% book/command_line.md:545 (cell 20)
 def add_average_command(commands) -> None:
     command = commands.add_parser(
         "average",
@@ -215,7 +230,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:626 (cell 24)
+# %% book/command_line.md:652 (cell 24)
 def _add_search_options(command) -> None:
     which = command.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", type=Path, help="a checkpoint to use")
@@ -345,7 +360,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:796 (cell 28)
+# %% book/command_line.md:822 (cell 28)
 def add_evaluate_command(commands) -> None:
     command = commands.add_parser(
         "evaluate",

@@ -76,7 +76,7 @@ def greedy_search(
     return outputs
 
 
-# %% book/decoding.md:153 (cell 4)
+# %% book/decoding.md:160 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
     """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
@@ -85,6 +85,21 @@ class Hypothesis:
     tokens: list[int]
     log_prob: float
     score: float
+
+
+def best_candidates(candidates: Tensor, n: int, block: int = 64) -> tuple[Tensor, Tensor]:
+    """``candidates.topk(n, dim=1)`` of (A, C) rows, looked for only in each row's n blocks of
+    ``block`` columns with the largest maxima: any of a row's best n lies in one of them."""
+    rows, width = candidates.shape
+    if width <= n * block:  # too few blocks to leave any out
+        return candidates.topk(n, dim=1)
+    if width % block:  # a last, shorter block, filled with numbers that are never chosen
+        candidates = torch.nn.functional.pad(candidates, (0, -width % block), value=-torch.inf)
+    blocks = candidates.view(rows, -1, block)  # (A, C / block, block)
+    chosen = blocks.amax(dim=2).topk(n, dim=1).indices  # (A, n) the blocks with the best maxima
+    numbers = blocks.gather(1, chosen[:, :, None].expand(-1, -1, block))  # (A, n, block)
+    top, where = numbers.flatten(1).topk(n, dim=1)  # (A, n), best first
+    return top, chosen.gather(1, where // block) * block + where % block
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -139,9 +154,7 @@ def beam_search(
     prefixes = torch.full((n, 1, 1), bos_id, dtype=torch.long, device=device)  # (A, width, t)
     finished: list[list[Hypothesis]] = [[] for _ in range(n)]
     counts = torch.zeros(n, dtype=torch.long, device=device)  # (A,) finished hypotheses
-    step = 0
-    while True:
-        step += 1
+    for step in range(1, int(max_lengths.max()) + 1):  # every sentence stops by its limit
         logits = state.step(prefixes[:, :, -1].reshape(-1))  # (A * width, V)
         vocab = logits.shape[-1]
         if width < k and 2 * k > vocab:  # too few tokens to fill 2k candidates from one beam
@@ -154,7 +167,7 @@ def beam_search(
         log_probs = torch.log_softmax(logits.to(scores.dtype), dim=-1).view(len(active), width, -1)
         # In place: the same sums, without another tensor of A * width * V.
         candidates = log_probs.add_(scores[:, :, None]).view(len(active), width * vocab)
-        top, index = candidates.topk(min(2 * k, width * vocab), dim=1)  # (A, 2k), best first
+        top, index = best_candidates(candidates, min(2 * k, width * vocab))  # (A, 2k), best first
         parent, token = index // vocab, index % vocab
         at_limit = max_lengths[active] <= step  # (A,)
         ends = (token == eos_id) | at_limit[:, None]  # (A, 2k)
@@ -181,15 +194,14 @@ def beam_search(
         order = torch.sort(ends.to(torch.int8), dim=1, stable=True).indices[:, :k]  # (A, k)
         beams = parent.gather(1, order)[keep]  # (A', k) beam each new beam extends
         state.select((keep[:, None] * width + beams).reshape(-1))
-        prefixes = torch.cat(
-            [prefixes[keep[:, None], beams], token.gather(1, order)[keep][:, :, None]], dim=2
-        )
+        chosen = token.gather(1, order)[keep][:, :, None]  # (A', k, 1) the tokens they add
+        prefixes = torch.cat([prefixes[keep[:, None], beams], chosen], dim=2)
         scores = top.gather(1, order)[keep]
         active, counts, width = active[keep], counts[keep], k
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:275 (cell 6)
+# %% book/decoding.md:294 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -216,7 +228,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:326 (cell 8)
+# %% book/decoding.md:345 (cell 8)
 class KeyValueCache:
     """One attention's keys (B, h, t, d_k) and values (B, h, t, d_v), kept between the steps of
     a decoder; ``MultiHeadAttention.forward(..., cache=)`` reads and extends it.
@@ -310,8 +322,7 @@ class IncrementalDecoder:
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
         src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
-        memory = self.encode(src, src_mask)  # (N, S, d_model)
-        source_kv = self.project_memory(memory, self.linear)
+        source_kv = self.project_memory(self.encode(src, src_mask), self.linear)  # memory's
         self.cache = DecoderCache(source_kv, self.side(src_mask), self.linear)
 
     def step(self, tokens: Tensor) -> Tensor:
@@ -372,14 +383,9 @@ class SearchConfig:
     batch_size: int = 256
 
     def __post_init__(self):
-        for name in ("beam_size", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.alpha < 0 or self.extra_length < 0:
-            raise ConfigError(
-                f"alpha and extra_length must not be negative, got {self.alpha} and "
-                f"{self.extra_length}"
-            )
+        for name, least in [("beam_size", 1), ("batch_size", 1), ("alpha", 0), ("extra_length", 0)]:
+            if getattr(self, name) < least:
+                raise ConfigError(f"{name} must be at least {least}, got {getattr(self, name)}")
 
     def recorded(self) -> dict:
         """The settings a model's files keep: ``beam_size``, ``alpha`` and ``extra_length``
@@ -390,7 +396,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:133 (cell 6)
+# %% book/translating.md:128 (cell 6)
 def model_search(model) -> SearchConfig:
     """The search :func:`translate` runs when it is given none: ``model.record.search``, the
     model's own (``load_pretrained`` and ``load_translator`` record it from the model's files),
@@ -399,7 +405,7 @@ def model_search(model) -> SearchConfig:
     return record.search if record is not None else SearchConfig()
 
 
-# %% book/translating.md:186 (cell 9)
+# %% book/translating.md:181 (cell 9)
 class SentenceSide(SourceSide):
     """The encoder side once per sentence, not once per row: the source mask ``mask`` (n, 1, 1,
     S) and every layer's keys and values have a row per sentence, and a sentence's k rows read
@@ -438,7 +444,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:276 (cell 13)
+# %% book/translating.md:271 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -509,13 +515,11 @@ def translate(
     limit = model.config.max_len  # positions of the encoder, and output tokens of the decoder
 
     def search_batch(sources: list[list[int]], search: SearchConfig) -> list[list[int]]:
-        lengths = [len(ids) + 1 for ids in sources]  # + </s>
-        src = torch.full((len(sources), max(lengths)), model.config.pad_id, dtype=torch.long)
-        for row, ids in enumerate(sources):
-            src[row, : lengths[row]] = torch.tensor(ids + [EOS_ID])
-        src = src.to(device)
-        max_lengths = torch.tensor(lengths, device=device).add(search.extra_length)
-        max_lengths = max_lengths.clamp(max=limit)
+        rows = [torch.tensor(ids + [EOS_ID]) for ids in sources]
+        pad = model.config.pad_id
+        src = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=pad).to(device)
+        lengths = torch.tensor([len(row) for row in rows], device=device)  # </s> included
+        max_lengths = (lengths + search.extra_length).clamp(max=limit)
         state = decoder_state(model, src)
         if search.beam_size == 1:
             return greedy_search(state, BOS_ID, EOS_ID, max_lengths)
@@ -578,8 +582,8 @@ class OneDNNDecoder(SentenceGroupedDecoder):
         ``encoder_group`` sentences at a time, each group cut to its own longest sentence
         (``encode_in_groups``). ``translate`` sorts a batch by length, so a small group carries
         little padding where the whole batch would carry much."""
-        groups = self.encoder_group
-        return onednn.encode_in_groups(self.model.encoder, src, src_mask, groups, self.linear)
+        encoder, groups = self.model.encoder, self.encoder_group
+        return onednn.encode_in_groups(encoder, src, src_mask, groups, self.linear)
 
     def project_memory(self, memory: Tensor, linear=None) -> list[tuple[Tensor, Tensor]]:
         # Laid out once as every step's bmm reads them (n h, S, d): it would copy a transposed view.
@@ -587,12 +591,11 @@ class OneDNNDecoder(SentenceGroupedDecoder):
         return [(keys.contiguous(), values.contiguous()) for keys, values in projected]
 
     def step(self, tokens: Tensor) -> Tensor:
-        cache = self.cache
-        if self.model.training or not cache.side.grouped:  # dropout, or rows read by index
+        if self.model.training or not self.cache.side.grouped:  # dropout, or rows read by index
             return super().step(tokens)  # the model's own forward
-        decoder, (offset, _) = self.model.decoder, cache.step(tokens[:, None])  # one position
+        decoder, (offset, _) = self.model.decoder, self.cache.step(tokens[:, None])  # a position
         x = decoder.positions(decoder.embeddings(tokens[:, None]), offset)[:, 0]  # (N, d_model)
-        return self.flat_step(x, cache)  # (N, V)
+        return self.flat_step(x, self.cache)  # (N, V)
 
 
 __all__ = [
