@@ -126,12 +126,7 @@ def beam_search(
     ranked by log p(Y | X) / ((5 + len(Y)) / 6) ** α, GNMT's length penalty (``</s>`` counted).
 
     Args:
-        state: the model as a :class:`DecoderState` holding N rows, e.g.
-            ``IncrementalDecoder(model, src)`` for a source ``src`` (N, S).
-        bos_id: the first input token, ``<s>``.
-        eos_id: the token that ends an output, ``</s>``.
-        max_lengths: (N,) int64, on the state's device: the most output tokens of each sentence,
-            ``</s>`` included.
+        state, bos_id, eos_id, max_lengths: as :func:`greedy_search` takes them.
         beam_size: k, the beams kept for each sentence.
         alpha: the length penalty's exponent α; 0: plain log-probabilities.
 
@@ -201,7 +196,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:294 (cell 6)
+# %% book/decoding.md:289 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -228,7 +223,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:345 (cell 8)
+# %% book/decoding.md:340 (cell 8)
 class KeyValueCache:
     """One attention's keys (B, h, t, d_k) and values (B, h, t, d_v), kept between the steps of
     a decoder; ``MultiHeadAttention.forward(..., cache=)`` reads and extends it.
@@ -557,7 +552,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:892 (cell 32)
+# %% book/inference_engine.md:906 (cell 34)
 from transformer_lib import onednn
 
 
