@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Table 3 sweep (book/variations.md) on one GPU, as commands of at most 10 minutes each,
 # resumable: every finished variant is a line of results/table3/variants.jsonl, and a rerun skips
-# it. Sized for about 25 minutes of one H100 (the chapter's "Sizing the sweeps"); that figure
+# it. Sized for about 25 minutes of one H100 (book/sweep.md, "Running the sweeps"); that figure
 # is an estimate until `calibrate` has measured the speed of the GPU at hand.
 #
 # Prepare once, in the repository root (on a CPU, about 20 s; data/ and .whl/ are git-ignored):
@@ -23,7 +23,8 @@
 #      number as STEPS to every sweep command.
 #   2. [STEPS=<n>] LANES=3 bash tools/gpu/table3.sh sweep
 #      Runs LANES variants at a time (default 1: one after the other), each in a process of its
-#      own, since one of these models leaves most of the card idle (book/sweep.md, "On one GPU").
+#      own, since one of these models leaves most of the card idle (book/sweep.md, "Running
+#      the sweeps").
 #      Repeat until its output ends with "sweep complete" (three commands by the estimate for
 #      one lane).
 #      The sweep writes results/table3/ in the repository and also copies variants.jsonl,
