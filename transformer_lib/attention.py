@@ -119,11 +119,8 @@ class MultiHeadAttention(nn.Module):
         weight, bias = self.in_proj.weight, self.in_proj.bias
         projected = self.in_proj(x) if linear is None else linear(x, weight, bias)
         q, k, v = projected.split([e, e, self.d_model], dim=-1)
-        return (
-            self.split_heads(q, self.d_k),
-            self.split_heads(k, self.d_k),
-            self.split_heads(v, self.d_v),
-        )
+        d_k, d_v = self.d_k, self.d_v
+        return self.split_heads(q, d_k), self.split_heads(k, d_k), self.split_heads(v, d_v)
 
     def project_q(self, query: Tensor, linear=F.linear) -> Tensor:
         """The queries of ``query`` (B, L_q, d_model) by W^Q alone: (B, h, L_q, d_k)."""

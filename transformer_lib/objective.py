@@ -67,12 +67,10 @@ class TrainingConfig:
         compile (str | None): a ``torch.compile`` mode for the updates (``"default"``,
             ``"max-autotune-no-cudagraphs"``, ``"reduce-overhead"`` with a ``length_bucket``):
             the same arithmetic to rounding, dropout masks of its own; None: eager.
-        packing (str | None): ``"masks"`` or ``"flex"``: each batch's sentences end to end in
-            one row per side, no padding, the same loss (chapter The training loop); None: padded.
-        length_bucket (int | None): packed rows rounded up to a multiple of it, so that compiled
-            code sees a few shapes; None: exact lengths.
-        fused_adam (bool): Adam's update of every parameter in one fused kernel (PyTorch's
-            ``fused=True``); the same update to rounding.
+        packing (str | None): ``"masks"`` or ``"flex"``: a batch's sentences end to end, no
+            padding, the same loss (chapter The training loop); None: padded batches.
+        length_bucket (int | None): packed rows rounded up to a multiple: few shapes to compile.
+        fused_adam (bool): Adam's update in one fused kernel; the same update to rounding.
     """
 
     max_steps: int = 100_000  # optimizer updates; the paper's base model trains for 100k
@@ -117,7 +115,7 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:417 (cell 23)
+# %% book/training.md:415 (cell 23)
 def backward_batch(
     network: nn.Module,
     batch,

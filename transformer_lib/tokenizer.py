@@ -14,9 +14,7 @@ BOS_ID = 1  # <s>: the first decoder input, "start translating"
 EOS_ID = 2  # </s>: ends every sentence, source and target
 UNK_ID = 3  # <unk>: reserved; byte-level BPE can encode any text without it
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # in the order of their ids
-# The knee of the data chapter's sweep on Multi30k: the default size, and the GPU (full) models';
-# the CPU profiles take smaller vocabularies, whose projection costs less per update.
-VOCAB_SIZE = 8000
+VOCAB_SIZE = 8000  # the knee of this chapter's vocabulary sweep on Multi30k, measured below
 # Pieces of the byte-level alphabet: every text encodes, so no learned symbol is needed for it.
 BYTE_ALPHABET = pre_tokenizers.ByteLevel.alphabet()
 
