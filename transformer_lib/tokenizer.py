@@ -38,7 +38,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:336 (cell 13)
+# %% book/data_pipeline.md:335 (cell 13)
 import os
 from pathlib import Path
 
