@@ -552,7 +552,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:892 (cell 32)
+# %% book/inference_engine.md:901 (cell 34)
 from transformer_lib import onednn
 
 

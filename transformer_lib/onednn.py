@@ -98,7 +98,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:969 (cell 36)
+# %% book/inference_engine.md:978 (cell 38)
 import weakref
 
 
@@ -212,7 +212,7 @@ def encode_in_groups(
     return memory
 
 
-# %% book/inference_engine.md:1098 (cell 38)
+# %% book/inference_engine.md:1105 (cell 40)
 from dataclasses import dataclass
 from functools import partial
 
