@@ -123,6 +123,22 @@ def test_every_step_gives_the_incremental_decoders_logits(changes, decoder):
             assert fast.cache.side.grouped == reference.cache.side.grouped == (step == 1)
 
 
+def test_a_cache_no_select_leaves_room_in_doubles_its_room():
+    """Greedy search's rows stay as they are, so no select leaves room for the next position:
+    the flat step copies a full cache into one with as much room again (1, 2, 4, 8, 16
+    positions over 12 steps, not a copy each step), with the forward's logits at every step."""
+    model, src = seeded_model(), padded_sources()
+    with torch.inference_mode():
+        reference, fast = SentenceGroupedDecoder(model, src), OneDNNDecoder(model, src)
+        tokens, held = torch.full((5,), BOS_ID), []
+        for _ in range(12):
+            expected, found = reference.step(tokens), fast.step(tokens)
+            torch.testing.assert_close(found, expected, rtol=1e-4, atol=1e-4)
+            tokens = expected.argmax(dim=-1)
+            held.append(fast.cache.layers[0][0].keys.shape[2])
+    assert sorted(set(held)) == [1, 2, 4, 8, 16], held
+
+
 @pytest.mark.parametrize("beam", [1, 4])
 def test_the_searches_find_the_same_outputs(beam):
     model, src = seeded_model(seed=3), padded_sources(seed=4)

@@ -240,14 +240,14 @@ class KeyValueCache:
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """The keys and values of the earlier positions, then those of the new ones, k (B, h, L,
         d_k) and v (B, h, L, d_v): (B, h, t + L, .), kept for the next step. They go into the
-        room ``select`` left after the earlier ones, if it left some."""
+        room left after the earlier ones (by ``select``, or by a decoder that keeps some to
+        spare), if there is some."""
         start, self.length = self.length, self.length + k.shape[2]
         if self.keys is not None:
-            if self.keys.shape[2] == self.length:  # room for the new positions
-                self.keys[:, :, start:], self.values[:, :, start:] = k, v
-                k, v = self.keys, self.values
-            else:
-                k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+            if self.keys.shape[2] >= self.length:  # room for the new positions
+                self.keys[:, :, start : self.length], self.values[:, :, start : self.length] = k, v
+                return self.keys[:, :, : self.length], self.values[:, :, : self.length]
+            k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
         self.keys, self.values = k, v
         return k, v
 

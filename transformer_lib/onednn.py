@@ -265,6 +265,15 @@ class StepLayer:
         )
 
 
+def with_room(cache: Tensor, room: int) -> Tensor:
+    """A cache (B, h, t, d) copied into a tensor with ``room`` positions to spare after its own:
+    where no ``select`` leaves room (greedy search keeps its rows), each step would otherwise
+    copy the whole cache to append one position; doubling makes the copies O(t) in all."""
+    grown = cache.new_empty(*cache.shape[:2], cache.shape[2] + room, cache.shape[3])
+    grown[:, :, : cache.shape[2]] = cache
+    return grown
+
+
 def softmax_in_place(scores: Tensor) -> Tensor:
     """The softmax of ``scores`` over its last dimension, written into it. Rows of fewer than
     16 numbers (a step's first keys, short sources) are computed as exp(x - max) / sum over the
@@ -295,6 +304,8 @@ class FlatStep:
         keys and values of the source (n, h, S, .) under the mask (n, 1, 1, S) of its side."""
         bias = self.source_bias(cache.side.mask)
         for layer, (own, source) in zip(self.layers, cache.layers, strict=True):
+            if own.keys is not None and own.keys.shape[2] == own.length:  # full: double its room
+                own.keys, own.values = (with_room(t, own.length) for t in (own.keys, own.values))
             sublayers = [
                 partial(self.self_attention, layer, own.extend),
                 partial(self.cross_attention, layer, source.keys, source.values, bias),
