@@ -370,8 +370,9 @@ def test_batch_sizes_are_chosen_on_two_batches_of_the_largest(monkeypatch):
 
 def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
     """A tiny run of benchmarks/inference_engine.py on a seeded model folder, two threads (so
-    CTranslate2 runs in its own process): every engine timed for both searches, with BLEU, the
-    profile's groups and the decoding goals, under a manifest."""
+    CTranslate2 runs in its own process, as does the command line's row): every engine timed
+    for both searches, with BLEU, the profile's groups and the whole command's seconds, under a
+    manifest."""
     done = subprocess.run(
         [
             sys.executable, "benchmarks/inference_engine.py", "--model", str(folder),
@@ -393,19 +394,25 @@ def test_the_benchmark_writes_every_candidate_with_a_manifest(folder, tmp_path):
             "translate, no options",
             "ours",
             "ours, oneDNN",
+            "the command line",
             "CTranslate2 float32",
             "CTranslate2 int8",
             "transformers generate",
         }
         assert all(row["rounds"] == len(row["seconds"]) == 1 for row in found.values())
-        default = found.pop("translate, no options")  # as a user calls it: the default batch
-        assert default["batch_size"] == SearchConfig().batch_size
+        for name in ("translate, no options", "the command line"):  # no options: the default
+            assert found.pop(name)["batch_size"] == SearchConfig().batch_size
         assert all(row["batch_size"] == 3 for row in found.values())
     # The folder's own search: the seeded model has no report, so §6.1's α.
     assert results["search_settings"]["beam 4"]["alpha"] == SearchConfig().alpha
     groups = {"matrix products", "cache copies", "Python and dispatch"}
     assert groups <= set(results["profile"]) and groups <= set(results["profile, oneDNN"])
     assert "takes" in done.stdout and "int8: delta BLEU" in done.stdout
+    whole = results["whole command"]  # python -m transformer_lib translate, start to exit
+    assert set(whole) == {
+        f"{s}, {e}" for s in ("beam 4", "greedy") for e in ("ours", "ctranslate2")
+    }
+    assert all(row["lines"] == 6 and len(row["seconds"]) == 1 for row in whole.values())
 
 
 @pytest.mark.parametrize(
