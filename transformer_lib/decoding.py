@@ -29,17 +29,14 @@ class DecoderState(Protocol):
 def greedy_search(
     state: DecoderState, bos_id: int, eos_id: int, max_lengths: Tensor
 ) -> list[list[int]]:
-    """The most probable token at every step, for N sentences at once.
-
-    ``max_lengths`` (N,) caps each output; the state holds N rows on entry. Returns the output
-    tokens of each sentence without ``<s>`` and ``</s>``.
+    """The most probable token at every step, for N sentences at once (beam search with a beam
+    of 1 finds the same tokens).
 
     Finished sentences' rows are dropped from the state once they are a quarter of its rows (a
-    ``select`` copies the whole state, so it waits until it pays); until then their tokens are
-    ignored. Beam search with a beam of 1 finds the same tokens.
+    ``select`` copies the whole state, so it waits until it pays).
 
     Args:
-        state: the model as a :class:`DecoderState` holding N rows, e.g.
+        state: the model as a :class:`DecoderState` holding N rows, one per sentence, e.g.
             ``IncrementalDecoder(model, src)`` for a source ``src`` (N, S).
         bos_id: the first input token, ``<s>``.
         eos_id: the token that ends an output, ``</s>``.
@@ -47,10 +44,7 @@ def greedy_search(
             ``</s>`` included.
 
     Returns:
-        N lists of token ids, in the order of the state's rows.
-
-    Shape:
-        N the sentences (rows of the state), S the source length.
+        N lists of token ids without ``<s>`` and ``</s>``, in the order of the state's rows.
     """
     n = len(max_lengths)
     outputs: list[list[int]] = [[] for _ in range(n)]
@@ -76,7 +70,7 @@ def greedy_search(
     return outputs
 
 
-# %% book/decoding.md:160 (cell 4)
+# %% book/decoding.md:154 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
     """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
@@ -117,13 +111,10 @@ def beam_search(
 ) -> list[Hypothesis]:
     """Batched beam search (§6.1): the best finished hypothesis of each of N sentences.
 
-    The state holds N rows on entry (one per sentence); the first step runs on them (its k beams
-    would all be the same ``<s>``) and the state is then expanded to N * beam_size rows.
-    ``max_lengths`` (N,) caps the output tokens of each sentence, ``</s>`` included.
-
-    Of the k * V candidates, the best 2k are looked at: an ending among the best k is finished,
-    the best k that do not end are the next beams; a sentence stops with k finished. They are
-    ranked by log p(Y | X) / ((5 + len(Y)) / 6) ** α, GNMT's length penalty (``</s>`` counted).
+    The first step runs on the state's N rows (the k beams would all be the same ``<s>``), then
+    the state holds N * k rows. Of the k * V candidates the best 2k are looked at: an ending among
+    the best k is finished, the best k that do not end are the next beams; a sentence stops with
+    k finished. They are ranked by log p(Y | X) / ((5 + len(Y)) / 6) ** α (``</s>`` counted).
 
     Args:
         state, bos_id, eos_id, max_lengths: as :func:`greedy_search` takes them.
@@ -131,14 +122,10 @@ def beam_search(
         alpha: the length penalty's exponent α; 0: plain log-probabilities.
 
     Returns:
-        The best :class:`Hypothesis` of each sentence, in the order of the state's rows, with
-        its ``tokens`` (without ``<s>`` and ``</s>``), ``log_prob`` and ``score``.
+        The best :class:`Hypothesis` of each sentence, in the order of the state's rows.
 
     Raises:
         ConfigError: ``beam_size`` below 1.
-
-    Shape:
-        N the sentences, k the beam size, S the source length, V the target vocabulary.
     """
     if beam_size < 1:
         raise ConfigError(f"beam_size must be at least 1, got {beam_size}")
@@ -196,7 +183,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:289 (cell 6)
+# %% book/decoding.md:276 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -223,7 +210,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:340 (cell 8)
+# %% book/decoding.md:327 (cell 8)
 class KeyValueCache:
     """One attention's keys (B, h, t, d_k) and values (B, h, t, d_v), kept between the steps of
     a decoder; ``MultiHeadAttention.forward(..., cache=)`` reads and extends it.
@@ -354,7 +341,7 @@ def _rows(tensors: tuple[Tensor, ...], rows: Tensor, room: int | None = None):
     return copies
 
 
-# %% book/translating.md:66 (cell 4)
+# %% book/translating.md:60 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's.
@@ -369,12 +356,11 @@ class SearchConfig:
         ConfigError: ``beam_size`` or ``batch_size`` below 1, negative ``alpha`` or ``extra_length``.
     """
 
-    beam_size: int = 4  # 1: greedy search
-    alpha: float = 0.6  # the length penalty's exponent (Wu et al., 2016)
-    extra_length: int = 50  # an output may be this many tokens longer than its input
-    # Sentences searched together: larger batches give each of a step's operators more work and
-    # leave the interpreter between them less of the time (chapter "Decoding against an
-    # inference engine" records this default against CTranslate2's best batch).
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_length: int = 50
+    # Large batches leave the interpreter between operators less of the time ("Decoding against
+    # an inference engine" records this default against CTranslate2's best batch).
     batch_size: int = 256
 
     def __post_init__(self):
@@ -391,7 +377,7 @@ class SearchConfig:
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:128 (cell 6)
+# %% book/translating.md:116 (cell 6)
 def model_search(model) -> SearchConfig:
     """The search :func:`translate` runs when it is given none: ``model.record.search``, the
     model's own (``load_pretrained`` and ``load_translator`` record it from the model's files),
@@ -400,7 +386,7 @@ def model_search(model) -> SearchConfig:
     return record.search if record is not None else SearchConfig()
 
 
-# %% book/translating.md:181 (cell 9)
+# %% book/translating.md:162 (cell 9)
 class SentenceSide(SourceSide):
     """The encoder side once per sentence, not once per row: the source mask ``mask`` (n, 1, 1,
     S) and every layer's keys and values have a row per sentence, and a sentence's k rows read
@@ -439,7 +425,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:271 (cell 13)
+# %% book/translating.md:246 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -471,27 +457,20 @@ def translate(
     progress: bool = False,
     decoder_state: Callable[..., DecoderState] | None = None,
 ) -> list[str]:
-    """Translate ``sentences`` with ``search`` (default: the model's own, :func:`model_search`).
+    """Translate ``sentences`` (detokenized text) with ``search``.
 
-    ``tokenizer`` is the run's :class:`~transformer_lib.tokenizer.BPETokenizer`. The model stays
-    on its device; the source is padded with ``model.config.pad_id``; the result is in the order
-    of ``sentences``. ``decoder_state(model, src (N, S))`` starts the :class:`DecoderState` the
-    searches drive; the model needs ``config.max_len`` (the longest input and output) besides.
-
-    An empty line translates to an empty line; a sentence longer than the model's positions is
-    cut to fit, with a warning. A source of n tokens gets at most n + 1 + ``extra_length``
-    decoding steps (``</s>`` counted), and never more than ``config.max_len``.
+    The model stays on its device. An empty line translates to an empty line; a sentence longer
+    than the model's positions is cut to fit, with a warning. A source of n tokens gets at most
+    n + 1 + ``extra_length`` decoding steps (``</s>`` counted), never more than ``config.max_len``.
 
     Args:
         model: a :class:`~transformer_lib.model.Transformer`, or a model ``decoder_state`` drives.
-        tokenizer: the tokenizer of the run that trained ``model``.
-        sentences: the source sentences, detokenized text.
-        search: the search's settings; None: :func:`model_search`, the model's own
-            (``model.record.search``), else §6.1's.
+        tokenizer: the :class:`~transformer_lib.tokenizer.BPETokenizer` of ``model``'s run.
+        sentences: the source sentences.
+        search: the search's settings; None: :func:`model_search`.
         progress: show a tqdm bar over the batches.
-        decoder_state: the searches' state; None: :func:`default_decoder_state`, the fastest
-            the library has for the model's weights (keys and values cached, the encoder
-            side's once per sentence).
+        decoder_state: ``decoder_state(model, src (N, S))`` starts the searches'
+            :class:`DecoderState`; None: :func:`default_decoder_state`.
 
     Returns:
         One detokenized translation for each sentence, in their order.
@@ -552,7 +531,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:901 (cell 34)
+# %% book/inference_engine.md:758 (cell 22)
 from transformer_lib import onednn
 
 
