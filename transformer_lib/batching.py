@@ -116,7 +116,7 @@ def plan_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:486 (cell 18)
+# %% book/data_pipeline.md:468 (cell 16)
 def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int = 1) -> None:
     """Refuse, saying why, what :func:`plan_shared_batches` cannot plan."""
     if world_size < 1:
@@ -141,8 +141,8 @@ def plan_shared_batches(
     epoch: int = 0,
     world_size: int = 1,
 ) -> list[list[int]]:
-    """:func:`plan_batches` for ``world_size`` processes (§5.2), as many batches as a multiple
-    of ``world_size``: process ``r`` takes batches ``r, r + world_size, ...``."""
+    """:func:`plan_batches` for ``world_size`` processes (§5.2), a multiple of ``world_size``
+    batches: process ``r`` takes batches ``r, r + world_size, ...``."""
     check_plan(lengths, max_tokens, world_size)
     rng = np.random.default_rng([seed, epoch])
     batches = fill_batches(lengths, max_tokens, rng)

@@ -38,7 +38,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:335 (cell 13)
+# %% book/data_pipeline.md:319 (cell 11)
 import os
 from pathlib import Path
 
@@ -76,9 +76,8 @@ class BPETokenizer:
         cls, sentences: Iterable[str], vocab_size: int = VOCAB_SIZE, min_frequency: int = 2
     ) -> "BPETokenizer":
         """A vocabulary of ``vocab_size`` symbols (special tokens and bytes included) learned by
-        :func:`learn_bpe` from ``sentences`` of both languages (§5.1); a pair seen fewer than
-        ``min_frequency`` times is never merged. DataError: too small for the special tokens
-        and the 256 bytes."""
+        :func:`learn_bpe` from ``sentences`` of both languages (§5.1), merging no pair seen fewer
+        than ``min_frequency`` times; DataError if too small for the special tokens and bytes."""
         smallest = len(SPECIAL_TOKENS) + len(BYTE_ALPHABET)
         if vocab_size < smallest:
             raise DataError(f"vocab_size must be at least {smallest}, got {vocab_size}")
@@ -86,8 +85,7 @@ class BPETokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "BPETokenizer":
-        """A tokenizer saved by :meth:`save`. MissingFileError: no file at ``path``; DataError:
-        not a ``tokenizers`` JSON file, or its special tokens are not at their ids."""
+        """A tokenizer saved by :meth:`save`; MissingFileError without one, DataError if broken."""
         if not Path(path).is_file():
             raise MissingFileError(f"no tokenizer file at {path}; train one and save() it first")
         try:
@@ -98,7 +96,7 @@ class BPETokenizer:
 
     @classmethod
     def from_json(cls, text: str) -> "BPETokenizer":
-        """A tokenizer from the JSON text of :meth:`to_json` (as kept inside a checkpoint)."""
+        """A tokenizer from the JSON text of :meth:`to_json`."""
         try:
             tokenizer = Tokenizer.from_str(text)
         except Exception as err:  # tokenizers raises a bare Exception on malformed JSON
@@ -106,11 +104,11 @@ class BPETokenizer:
         return cls(tokenizer)
 
     def to_json(self) -> str:
-        """The vocabulary and merges as JSON text: a checkpoint carries its tokenizer in it."""
+        """The vocabulary and merges as JSON text, as a checkpoint carries them."""
         return self.tokenizer.to_str()
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the vocabulary and merges as JSON, atomically; :meth:`load` reads it back."""
+        """Write :meth:`to_json` to ``path``, atomically."""
         with atomic_file(path) as file:
             file.write(self.to_json())
 
@@ -124,17 +122,17 @@ class BPETokenizer:
         return self.tokenizer.token_to_id(token)
 
     def encode(self, text: str) -> list[int]:
-        """The ids of one sentence, without special tokens; any text (every byte is a symbol)."""
+        """The ids of any sentence (every byte is a symbol), without special tokens."""
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """:meth:`encode` for many sentences, in parallel threads inside ``tokenizers``."""
+        """:meth:`encode` for many sentences, in parallel threads."""
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [e.ids for e in encodings]
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (a list or a 1-D tensor) up to the first ``</s>``, special tokens
-        skipped: detokenized, ready for sacreBLEU."""
+        skipped: ready for sacreBLEU."""
         return self.decode_batch([ids])[0]
 
     def decode_batch(self, sequences: Iterable[Sequence[int]]) -> list[str]:
