@@ -24,9 +24,7 @@ from transformer_lib.book.verdicts import (
     Sample,
     Sweep,
     compare,
-    difference,
     effect,
-    family,
     holm,
     level,
     profile_name,
@@ -352,9 +350,9 @@ SHORT = tuple(
 
 def test_lines_are_grouped_by_the_variant_they_repeat():
     sweep = Sweep(LINES, MANIFEST)
-    assert [family(r) for r in LINES] == ["base"] * 3 + ["FFN-none", "A-h1"] + ["FFN-none"] * 2 + [
-        "C-N4"
-    ]
+    grouped = {r["name"]: name for name, runs in sweep.variants.items() for r in runs}
+    expected = ["base"] * 3 + ["FFN-none", "A-h1"] + ["FFN-none"] * 2 + ["C-N4"]
+    assert [grouped[r["name"]] for r in LINES] == expected
     assert list(sweep.variants) == ["base", "FFN-none", "A-h1", "C-N4"]
     assert sweep.sample("FFN-none", PERPLEXITY).values == (9.97, 10.1, 9.9)
     assert sweep.sample("base", LONG_BLEU) == Sample((20.0, 20.0, 20.0), seeds=(0, 1, 2))
@@ -407,9 +405,8 @@ def test_the_words_and_the_table_say_what_the_comparisons_say():
         == f"8.34 ± {statistics.stdev((8.33, 8.47, 8.22)):.2f}"
     )
     assert level(sweep.sample("A-h1", PERPLEXITY), 2) == "8.22 (one run)"
-    between = difference(sweep, "FFN-none", "base", PERPLEXITY)
-    assert between.startswith(f"{c.delta:+.2f} (95% interval {c.low:+.2f} to {c.high:+.2f}")
-    assert difference(sweep, "A-h1", "base", PERPLEXITY).endswith("(one run, not tested)")
+    against = effect(sweep, "A-h1", PERPLEXITY, "FFN-none")  # another variant: no paper row
+    assert against.endswith("perplexity (one run, not tested)")
     table = table_markdown(sweep).splitlines()
     assert len(table) == 2 + len(sweep.variants)
     assert [row.split(" | ")[0].strip("| ") for row in table[2:]] == [
@@ -439,7 +436,8 @@ def test_a_sweeps_comparisons_are_corrected_together():
     wider = Sweep(LINES, MANIFEST, between=(("base", "FFN-none", PERPLEXITY),))
     assert len(wider.family) == 3
     assert wider.compare("base", PERPLEXITY, "FFN-none").p_holm == pytest.approx(3 * raw[0])
-    assert "corrected" in difference(wider, "base", "FFN-none", PERPLEXITY)
+    between = effect(wider, "base", PERPLEXITY, "FFN-none")
+    assert "corrected" in between and "paper" not in between
 
 
 def test_variants_trained_on_other_data_form_a_family_of_their_own():
