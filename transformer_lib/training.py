@@ -244,8 +244,7 @@ def _log_window(run: _RunState) -> None:
         loss=f"{loss:.3f}", lr=f"{run.lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
     )
     run.window_loss, run.window_nll, run.window_tokens = 0.0, 0.0, 0
-    run.window_start = time.perf_counter()
-    run.window_seconds = 0.0
+    run.window_start, run.window_seconds = time.perf_counter(), 0.0
 
 
 def _maybe_validate(run: _RunState, epoch_ended: bool, validation: "Validation | None") -> None:
@@ -303,7 +302,7 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
         checkpoints.save_checkpoint(state, folder / "last.pt")
 
 
-# %% book/training_loop.md:412 (cell 10)
+# %% book/training_loop.md:411 (cell 10)
 # torch.compile's modes that fuse kernels without recording CUDA graphs (one graph per shape).
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
