@@ -327,7 +327,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
 
 
-# %% book/command_line.md:995 (cell 34)
+# %% book/command_line.md:896 (cell 28)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 
