@@ -430,7 +430,7 @@ def train(
     return {**summary, "valid": run.last_valid, "finished": run.step >= config.max_steps}
 
 
-# %% book/distributed.md:155 (cell 8)
+# %% book/distributed.md:153 (cell 8)
 def distributed_update_step(
     run: _RunState, network: nn.Module, group: Sequence, autocast=None
 ) -> tuple[float, float, int]:
