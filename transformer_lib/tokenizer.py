@@ -38,7 +38,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:319 (cell 11)
+# %% book/data_pipeline.md:314 (cell 9)
 import os
 from pathlib import Path
 
