@@ -200,7 +200,7 @@ def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) ->
     run.window_start = run.called = time.perf_counter()
 
 
-# %% book/training_loop.md:299 (cell 8)
+# %% book/training_loop.md:300 (cell 8)
 def _update(run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], autocast):
     """One update of the next ``accumulation`` batches; whether an epoch ended on the way."""
     started = time.perf_counter()
@@ -302,7 +302,6 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
         checkpoints.save_checkpoint(state, folder / "last.pt")
 
 
-# %% book/training_loop.md:411 (cell 10)
 # torch.compile's modes that fuse kernels without recording CUDA graphs (one graph per shape).
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
