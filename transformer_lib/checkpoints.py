@@ -31,7 +31,8 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
     it never runs code from the file, its tensors put on ``map_location``.
 
     Returns the checkpoint's dict: at least ``model`` (the state dict), ``step`` and ``config``
-    (the run's ``training``, ``model`` and ``run`` settings).
+    (the run's ``training``, ``model`` and ``run`` settings); a training checkpoint also holds the
+    optimizer's, scheduler's and random generators' states, and what the run attached.
 
     Raises:
         MissingFileError: there is no file at ``path`` (also a ``FileNotFoundError``).
