@@ -367,8 +367,9 @@ def train(
     Args:
         model: called as ``model(src, tgt_in, src_mask, tgt_mask)``, it returns logits (B, T, V);
             its ``config`` holds ``d_model`` and ``pad_id`` and is checked on resume.
-        batches: ``batches(epoch)``, this process's batches of that epoch, the same each time,
-            as :func:`~transformer_lib.batching.make_batches` returns them.
+        batches: ``batches(epoch)``, this process's batches of that epoch, the same each time:
+            each with ``src`` (B, S), ``tgt_in`` and ``tgt_out`` (B, T), ``src_mask``,
+            ``tgt_mask`` and ``.to(device)``, as :func:`~transformer_lib.batching.make_batches`.
         config: how to train.
         run_dir: the run's folder, created if needed.
         validation: what to validate on; None: nothing.
@@ -387,7 +388,7 @@ def train(
         ConfigError: a ``compile`` mode, ``packing`` or ``length_bucket`` it cannot use here.
 
     Shape:
-        B the batch, T the target length, V the target vocabulary.
+        B the batch, S the source length, T the target length, V the target vocabulary.
     """
     o = options
     device = torch.device(o.device or ("cuda" if torch.cuda.is_available() else "cpu"))
