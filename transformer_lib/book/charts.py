@@ -148,9 +148,8 @@ def draw_operation_counts(
     with _figure(size=(7, 4.5)) as (fig, ax):
         for k, (label, values) in enumerate(counts.items()):
             ax.loglog(lengths, values, "--" if k == 3 else "-", marker="o", ms=3, label=label)
-        ax.loglog(
-            lengths, projected, ":", color="C0", label="self-attention with Q, K, V projections"
-        )
+        label = "self-attention with Q, K, V projections"
+        ax.loglog(lengths, projected, ":", color="C0", label=label)
         ax.axvline(d, color="grey", lw=0.8)
         at_d = list(counts.values())[1][list(lengths).index(d)]  # the recurrent layer's count
         ax.annotate(
@@ -232,9 +231,8 @@ def draw_bars(labels: Sequence[str], series: dict, ylabel: str, title: str = "")
         turned = {"rotation": 60, "ha": "right"} if len(labels) > 6 else {}  # many: turned
         ax.set_xticks(range(len(labels)), labels, **turned)
         ax.set_ylabel(ylabel)
-        ax.legend(
-            loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(series), 3), fontsize=8
-        )
+        ncol = min(len(series), 3)  # the legend above the bars
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, fontsize=8)
         fig.suptitle(title)
 
 
