@@ -42,12 +42,8 @@ def _train_variant(variant: Variant, pairs, valid_batches, run_dir: Path, device
             logger.info("%s: resuming from its last checkpoint", variant.name)
         torch.manual_seed(t.seed)  # the initial weights
         model = build_model(variant.model)
-        options = RunOptions(
-            metadata={"sweep": "table3", "variant": variant.name},
-            resume=resume,
-            device=device,
-            progress=progress,
-        )
+        meta = {"sweep": "table3", "variant": variant.name}
+        options = RunOptions(metadata=meta, resume=resume, device=device, progress=progress)
         batches = BatchesByLength(pairs, t.max_tokens, t.seed)
         try:
             summary = train(model, batches, t, run_dir, Validation(valid_batches), options)
