@@ -113,8 +113,7 @@ class MultiHeadAttention(nn.Module):
         return linear(concatenated, self.out_proj.weight, self.out_proj.bias)
 
     def project_qkv(self, x: Tensor, linear=None) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention's q, k, v of x (B, L, d_model) in one product with all of ``in_proj``:
-        (B, h, L, d_k) twice, then (B, h, L, d_v); ``linear`` as in :meth:`merge_heads`."""
+        """Self-attention's q, k, v in one product: (B, L, d_model) -> (B, h, L, d_k, d_k, d_v)."""
         e = self.n_heads * self.d_k  # rows of W^Q and of W^K
         weight, bias = self.in_proj.weight, self.in_proj.bias
         projected = self.in_proj(x) if linear is None else linear(x, weight, bias)
@@ -130,8 +129,7 @@ class MultiHeadAttention(nn.Module):
     def project_kv(
         self, key: Tensor, value: Tensor | None = None, linear=F.linear
     ) -> tuple[Tensor, Tensor]:
-        """The keys and values of another sequence (the encoder's memory), by W^K and W^V:
-        ``key`` (B, L_k, d_model) and ``value`` (by default the same) -> (B, h, L_k, d_k / d_v)."""
+        """The keys and values of another sequence (``value`` defaults to ``key``) by W^K, W^V."""
         value = key if value is None else value
         e, weight, bias = self.n_heads * self.d_k, self.in_proj.weight, self.in_proj.bias
         k = self.split_heads(linear(key, weight[e : 2 * e], _rows(bias, e, 2 * e)), self.d_k)

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from transformer_lib.errors import ConfigError
 
 
-# %% book/training.md:197 (cell 13)
+# %% book/training.md:190 (cell 13)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
     """The target distribution of ``cross_entropy(label_smoothing=...)`` (§5.4), (N,) -> (N, V):
     ``(1 - smoothing) * onehot(target) + smoothing / vocab_size``, zero rows for padding."""
@@ -31,17 +31,14 @@ def label_smoothed_loss(
 ) -> tuple[Tensor, Tensor]:
     """Cross-entropy against the smoothed targets (§5.4), summed in float32 over ``target``
     (B, T), and the count of its non-pad tokens; ``logits`` (B, T, V)."""
+    logits, target = logits.flatten(0, 1).float(), target.flatten()  # (B * T, V), (B * T,)
     loss = F.cross_entropy(
-        logits.flatten(0, 1).float(),
-        target.flatten(),
-        ignore_index=pad_id,
-        label_smoothing=smoothing,
-        reduction="sum",
+        logits, target, ignore_index=pad_id, label_smoothing=smoothing, reduction="sum"
     )
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:320 (cell 21)
+# %% book/training.md:310 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business.
@@ -73,27 +70,27 @@ class TrainingConfig:
         fused_adam (bool): Adam's update in one fused kernel; the same update to rounding.
     """
 
-    max_steps: int = 100_000  # optimizer updates; the paper's base model trains for 100k
-    warmup_steps: int = 4000  # formula (3)
-    lr_scale: float = 1.0  # multiplies formula (3); 1.0 is the paper's schedule
-    cooldown_steps: int | None = None  # the last N updates ramp the rate down; None: the paper's
-    betas: tuple[float, float] = (0.9, 0.98)  # Adam, §5.3
-    eps: float = 1e-9  # Adam, §5.3
-    label_smoothing: float = 0.1  # ε_ls, §5.4
-    max_tokens: int = 25_000  # padded tokens per batch and process, for source and for target
-    accumulation: int = 1  # batches per update: k batches on one GPU act like k GPUs
-    clip_grad_norm: float | None = None  # the paper clips nothing; an option for small data
-    log_every: int = 100  # updates between lines of metrics.jsonl
-    checkpoint_every: int = 1000  # updates between checkpoints
-    keep_checkpoints: int = 5  # step-N.pt files kept beside last.pt (the paper averages 5)
-    validate_every: int | None = None  # updates between validations; None: after each epoch
-    seed: int = 0  # seeds Python, NumPy and PyTorch (plus the rank, for dropout)
-    bf16: bool = True  # bf16 autocast on CUDA; the CPU always trains in float32
-    products: str | None = None  # "onednn": a CPU's linear layers by oneDNN (chapter "Performance")
-    compile: str | None = None  # a torch.compile mode for the updates; None: eager
-    packing: str | None = None  # "masks" or "flex": sentences end to end; None: padded batches
-    length_bucket: int | None = None  # packed rows rounded up to a multiple: few shapes to compile
-    fused_adam: bool = False  # Adam's update of every parameter in one fused kernel
+    max_steps: int = 100_000
+    warmup_steps: int = 4000
+    lr_scale: float = 1.0
+    cooldown_steps: int | None = None
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    label_smoothing: float = 0.1
+    max_tokens: int = 25_000
+    accumulation: int = 1
+    clip_grad_norm: float | None = None
+    log_every: int = 100
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 5
+    validate_every: int | None = None
+    seed: int = 0
+    bf16: bool = True
+    products: str | None = None
+    compile: str | None = None
+    packing: str | None = None
+    length_bucket: int | None = None
+    fused_adam: bool = False
 
     def __post_init__(self):
         """Refuse, naming it, a setting the loop cannot use (ConfigError)."""
@@ -115,18 +112,12 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:415 (cell 23)
+# %% book/training.md:405 (cell 23)
 def backward_batch(
-    network: nn.Module,
-    batch,
-    divisor: float,
-    config: TrainingConfig,
-    pad_id: int,
-    autocast=None,
+    network: nn.Module, batch, divisor: float, config: TrainingConfig, pad_id: int, autocast=None
 ) -> tuple[float, float]:
-    """Add one batch's share of an update's gradient (§5.3): its summed smoothed loss over
-    ``divisor``, the update's target tokens. Returns its sums of the smoothed loss and of the
-    negative log-likelihood without smoothing (which compares with validation)."""
+    """Add one batch's summed smoothed loss over ``divisor`` to the gradient (§5.3); returns its
+    sums of the smoothed loss and of the negative log-likelihood without smoothing."""
     with autocast or nullcontext():  # bf16 autocast on a GPU, see train
         logits = network(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
     loss, _ = label_smoothed_loss(logits, batch.tgt_out, pad_id, config.label_smoothing)

@@ -18,8 +18,7 @@ def rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> floa
 
 
 def cooldown(step: int, max_steps: int, cooldown_steps: int | None) -> float:
-    """The factor on formula (3) at ``step`` of ``max_steps``: 1, then linear to 1 / N over the
-    last N = ``cooldown_steps`` updates (not the paper's)."""
+    """The factor on formula (3): 1, then linear to 1 / N over the last N = ``cooldown_steps``."""
     return 1.0 if not cooldown_steps else min(1.0, (max_steps + 1 - step) / cooldown_steps)
 
 
@@ -34,22 +33,16 @@ def make_optimizer(
     max_steps: int = 0,
     cooldown_steps: int | None = None,
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam with β = (0.9, 0.98), ε = 1e-9 and the warm-up schedule of formula (3) (§5.3).
-
-    The base rate is 1, so the scheduler's factor is the learning rate: ``rate(n, ...)`` times
-    ``cooldown(n, ...)`` at update n. ``fused``: PyTorch's option (None: its default).
-    """
+    """Adam and the schedule of formula (3) (§5.3); ``fused``: PyTorch's option (None: default)."""
     if cooldown_steps and not 0 < cooldown_steps <= max_steps:
         raise ValueError(f"{cooldown_steps=} must be 1..max_steps ({max_steps}): shorten it")
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=betas, eps=eps, fused=fused)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda taken: (
-            rate(taken + 1, d_model, warmup_steps, scale)
-            * cooldown(taken + 1, max_steps, cooldown_steps)
-        ),
-    )
-    return optimizer, scheduler
+
+    def factor(taken: int) -> float:  # the base rate is 1: the factor is the learning rate
+        n = taken + 1  # LambdaLR counts the updates taken; formula (3) counts from 1
+        return rate(n, d_model, warmup_steps, scale) * cooldown(n, max_steps, cooldown_steps)
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 __all__: list[str] = []
