@@ -77,7 +77,7 @@ def keep_freed_memory() -> bool:
     return libc.mallopt(-1, 2**31 - 1) == 1 and libc.mallopt(-3, 2**30) == 1
 
 
-# %% book/command_line.md:291 (cell 10)
+# %% book/command_line.md:289 (cell 10)
 def add_train_command(commands) -> None:
     command = add_command(
         commands,
@@ -190,7 +190,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:486 (cell 14)
+# %% book/command_line.md:484 (cell 14)
 def add_average_command(commands) -> None:
     command = add_command(
         commands,
@@ -215,7 +215,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:579 (cell 18)
+# %% book/command_line.md:572 (cell 18)
 SEARCH_OPTIONS = {  # each search option's SearchConfig field
     "beam": "beam_size",
     "alpha": "alpha",
@@ -340,7 +340,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:741 (cell 22)
+# %% book/command_line.md:734 (cell 22)
 def add_evaluate_command(commands) -> None:
     command = add_command(
         commands,
