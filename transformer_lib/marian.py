@@ -45,8 +45,7 @@ def check_marian_convertible(model: Transformer) -> None:
         "no feed-forward sub-layers (feed_forward)": not c.feed_forward,
         "two vocabularies (src_vocab_size, tgt_vocab_size)": c.src_vocab_size != c.tgt_vocab_size,
     }
-    found = [what for what, present in refusals.items() if present]
-    if found:
+    if found := [what for what, present in refusals.items() if present]:
         raise MarianError(
             f"a MarianMT model cannot hold this model: it has {', '.join(found)}; "
             "translate it with transformer_lib or export it to ONNX"
@@ -97,7 +96,7 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
     return {name: tensor.detach().clone().contiguous() for name, tensor in state.items()}
 
 
-# %% book/export.md:686 (cell 18)
+# %% book/export.md:685 (cell 18)
 def marian_config(model: Transformer):
     """A ``MarianConfig`` of the model's sizes: post-LN, ReLU, scaled embeddings, one vocabulary."""
     transformers = require_transformers()
