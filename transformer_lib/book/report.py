@@ -84,17 +84,12 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
         kind: maps[kind][:, 0].double().cpu().round(decimals=3).tolist()
         for kind in KINDS
     }  # each (N, h, L_q, L_k)
-    return {
-        "source": source,
-        "translation": translation,
-        "source_tokens": token_labels(tokenizer, src_ids),
-        "decoder_input_tokens": token_labels(tokenizer, read),
-        "predicted_tokens": token_labels(tokenizer, predicted),
-        "weights": weights,
-    }
+    tokens = {"source_tokens": src_ids, "decoder_input_tokens": read, "predicted_tokens": predicted}
+    labels = {name: token_labels(tokenizer, ids) for name, ids in tokens.items()}
+    return {"source": source, "translation": translation, **labels, "weights": weights}
 
 
-# %% book/shipped_models.md:149 (cell 6)
+# %% book/shipped_models.md:144 (cell 6)
 def _samples_markdown(pairs, translations, src, tgt, steps: list[int], search) -> str:
     lines = [
         f"# Sample translations, {src} → {tgt}, {TOKENIZED_SPLIT}\n",
@@ -163,7 +158,7 @@ def _training_summary(run_dir: Path, checkpoint: dict) -> dict:
     }
 
 
-# %% book/shipped_models.md:219 (cell 7)
+# %% book/shipped_models.md:214 (cell 7)
 def write_report(
     run_dir: Path,
     out: Path,
@@ -239,36 +234,32 @@ def read_report(folder: Path) -> dict:
     missing = [name for name in REPORT_FILES if not (folder / name).is_file()]
     if missing:
         raise ReportError(f"{folder} is not a complete report: {', '.join(missing)} missing")
-    report = {
-        "folder": folder,
-        "config": json.loads((folder / "config.json").read_text()),
-        "metrics": [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()],
-        "bleu": json.loads((folder / "bleu.json").read_text()),
-        "samples": (folder / "samples.md").read_text(),
-        "attention": json.loads((folder / "attention.json").read_text()),
-        "manifest": json.loads((folder / "manifest.json").read_text()),
-        "hypotheses": {},
-    }
+    report = {name: json.loads((folder / f"{name}.json").read_text())
+              for name in ("config", "bleu", "attention", "manifest")}  # fmt: skip
+    report["metrics"] = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    report |= {"folder": folder, "samples": (folder / "samples.md").read_text(), "hypotheses": {}}
     for split, entry in report["bleu"]["splits"].items():
         path = folder / entry["hypotheses"]
         if not path.is_file():
             raise ReportError(f"{folder}/bleu.json names {entry['hypotheses']}, which is missing")
-        lines = path.read_text().splitlines()
+        lines = report["hypotheses"][split] = path.read_text().splitlines()
         if len(lines) != entry["sentences"]:
             raise ReportError(
                 f"{path} has {len(lines)} lines and bleu.json scored {entry['sentences']}"
             )
-        report["hypotheses"][split] = lines
     return report
 
 
-# %% book/profiles.md:1107 (cell 35)
+# %% book/profiles.md:1015 (cell 35)
 from transformer_lib.book.significance import paired_bleu, read_translations
 
 # The cased BLEU on test_2016_flickr each profile's run set out to reach, by (profile, source,
 # target); the chapter "The real run" sets them beside the anchors.
 TARGETS = {("laptop", "de", "en"): 41, ("laptop", "en", "de"): 39,
            ("full", "de", "en"): 42, ("full", "en", "de"): 40}  # fmt: skip
+
+
+REPORT_JSON = ("bleu", "config", "manifest")  # a seed's files, read by seed_reports
 
 
 def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
@@ -278,17 +269,12 @@ def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
     results = Path(results)
     folders = sorted(results.glob("multi30k-*-laptop")) + sorted(results.glob("laptop-seeds/*"))
     runs: dict[str, dict[int, dict]] = {}
-    for folder in folders:
-        if not (folder / "bleu.json").is_file():
-            continue
-        bleu, config, manifest = (
-            json.loads((folder / f"{name}.json").read_text())
-            for name in ("bleu", "config", "manifest")
-        )
-        pair, seed = f"{bleu['src']}-{bleu['tgt']}", config["training"]["seed"]
+    for folder in (f for f in folders if (f / "bleu.json").is_file()):
+        run = {name: json.loads((folder / f"{name}.json").read_text()) for name in REPORT_JSON}
+        run = {**run.pop("bleu"), **run, "folder": folder}
+        pair, seed = f"{run['src']}-{run['tgt']}", run["config"]["training"]["seed"]
         if seed in runs.get(pair, {}):
             raise ReportError(f"{folder / 'bleu.json'}: a second run of {pair} with seed {seed}")
-        run = {**bleu, "config": config, "manifest": manifest, "folder": folder}
         runs.setdefault(pair, {})[seed] = run
     return {pair: dict(sorted(seeds.items())) for pair, seeds in sorted(runs.items())}
 
@@ -351,6 +337,7 @@ __all__ = [
     "write_report",
     "read_report",
     "TARGETS",
+    "REPORT_JSON",
     "seed_reports",
     "seed_spread",
     "recorded_comparisons",
