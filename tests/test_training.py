@@ -26,6 +26,7 @@ from transformer_lib.checkpoints import (
     save_checkpoint,
     set_rng_state,
 )
+from transformer_lib.errors import TransformerLibError
 from transformer_lib.objective import TrainingConfig, label_smoothed_loss, smoothed_targets
 from transformer_lib.schedule import cooldown, make_optimizer, rate
 
@@ -348,8 +349,9 @@ def test_a_resumed_run_removes_what_a_killed_call_left_half_written(tmp_path):
 
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
     run(tmp_path, 5)
-    with pytest.raises(FileExistsError, match="--resume"):
+    with pytest.raises(FileExistsError, match="--resume") as refused:
         run(tmp_path, 10)
+    assert isinstance(refused.value, TransformerLibError)  # the command line's one-line error
 
 
 def test_a_checkpoint_from_another_configuration_is_refused(tmp_path):
@@ -590,7 +592,7 @@ def test_a_resume_with_another_number_of_processes_is_refused(tmp_path):
 
 def test_training_data_without_a_batch_is_refused(tmp_path):
     model = ToyModel()
-    with pytest.raises(ValueError, match="the training data is empty"):
+    with pytest.raises(TransformerLibError, match="the training data is empty"):
         training.train(
             model,
             lambda epoch: [],

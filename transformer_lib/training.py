@@ -20,7 +20,8 @@ from torch import nn
 from tqdm import tqdm
 
 from transformer_lib import checkpoints, distributed
-from transformer_lib.errors import ConfigError
+from transformer_lib.data import DataError
+from transformer_lib.errors import ConfigError, TransformerLibError
 from transformer_lib.objective import (
     RESUMABLE_CHANGES,
     TrainingConfig,
@@ -138,10 +139,14 @@ def _prepare(
     return _RunState(config, run_dir, settings, device, rank, model, optimizer, scheduler)
 
 
+class RunExistsError(TransformerLibError, FileExistsError):
+    """A new run was asked for in a folder that holds one."""
+
+
 def _start(run: _RunState) -> None:
     """A new run: refuse a folder holding one, seed (plus the rank, for dropout), save settings."""
     if (run.run_dir / "checkpoints" / "last.pt").exists():
-        raise FileExistsError(
+        raise RunExistsError(
             f"{run.run_dir} already holds a run: pass resume=True (--resume) to continue it, "
             "or choose another output folder"
         )
@@ -195,12 +200,12 @@ def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) ->
     run.bar = tqdm(total=run.config.max_steps, initial=run.step, disable=hidden, unit="step")
     run.epoch_batches = batches(run.epoch)
     if not run.epoch_batches:
-        raise ValueError("batches(epoch) returned no batch: the training data is empty")
+        raise DataError("batches(epoch) returned no batch: the training data is empty")
     run.model.train()
     run.window_start = run.called = time.perf_counter()
 
 
-# %% book/training_loop.md:300 (cell 8)
+# %% book/training_loop.md:305 (cell 8)
 def _update(run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], autocast):
     """One update of the next ``accumulation`` batches; whether an epoch ended on the way."""
     started = time.perf_counter()
@@ -380,11 +385,12 @@ def train(
         (everything), ``valid`` (the last validation, or None) and ``finished``.
 
     Raises:
-        FileExistsError: ``run_dir`` already holds a run and ``resume`` is False.
+        RunExistsError: ``run_dir`` already holds a run and ``resume`` is False (a
+            ``FileExistsError``).
         FileNotFoundError: ``resume`` without ``checkpoints/last.pt``.
         CheckpointError: the checkpoint is unreadable, differs in a setting that may not
             change, or was written by another number of processes.
-        ValueError: ``batches(epoch)`` returned no batch.
+        DataError: ``batches(epoch)`` returned no batch.
         ConfigError: a ``compile`` mode, ``packing`` or ``length_bucket`` it cannot use here.
 
     Shape:
