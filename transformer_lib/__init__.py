@@ -7,12 +7,9 @@ The names a user needs are here at the top::
 
     from transformer_lib import Transformer, TransformerConfig, load_pretrained, translate
 
-Each is imported from its module on first use, so importing the package stays cheap (no torch, and
-the version is read only when asked): ``python -m transformer_lib --help`` answers at once.
-Editors and type checkers read the same names, with their types, from the stub beside this file
-(``__init__.pyi``); the package ships ``py.typed`` (PEP 561). The subpackage
-``transformer_lib.book`` is the book's own machinery (figures, tables, the exercises' solutions),
-not part of this surface.
+Each is imported from its module on first use, so importing the package loads no torch; editors
+read the same names from the stub ``__init__.pyi`` (the package ships ``py.typed``, PEP 561).
+``transformer_lib.book`` is the book's own machinery, not part of this surface.
 """
 
 from importlib import import_module
