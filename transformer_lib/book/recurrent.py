@@ -78,8 +78,7 @@ class RecurrentTranslator(nn.Module):
             src_mask = padding_mask(src, self.config.pad_id)
         lengths = src_mask.reshape(len(src), -1).sum(-1).clamp(min=1).cpu()
         x = self.dropout(self.src_embeddings(src))  # (B, S, d_model)
-        # Packing runs each direction over a sentence's own tokens: the backward LSTM starts at
-        # the last real token, not at the padding.
+        # Packed, the backward LSTM starts at a sentence's last real token, not at the padding.
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         outputs, (h, c) = self.encoder(packed)
         memory, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.shape[1])
@@ -112,7 +111,7 @@ class RecurrentTranslator(nn.Module):
         return self.generator(outputs)  # (B, T, V_tgt)
 
 
-# %% book/sweep.md:162 (cell 7)
+# %% book/sweep.md:161 (cell 7)
 class RecurrentDecoder:
     """The :class:`~transformer_lib.decoding.DecoderState` of a :class:`RecurrentTranslator`."""
 
