@@ -106,11 +106,6 @@ def draw_learning_curves(metrics: dict, guessing=None, floors=(), learning_rate=
                 ax.set(xlabel="update", ylabel="learning rate")
 
 
-def draw_training_log(train_log: list[dict], valid_log: list[dict]) -> None:
-    """One run's training and validation records, by ``draw_learning_curves``."""
-    draw_learning_curves({"": [*train_log, *valid_log]})
-
-
 def draw_masks(causal: Tensor, padding: Tensor, combined: Tensor) -> None:
     """Three boolean masks, white = may attend (§3.2.3): causal (1, 1, T, T), a batch's padding
     (B, 1, 1, S) and one decoder mask (1, T, T)."""
@@ -310,7 +305,6 @@ __all__ = [
     "draw_weights",
     "draw_curves",
     "draw_learning_curves",
-    "draw_training_log",
     "draw_masks",
     "draw_score_scaling",
     "draw_operation_counts",
