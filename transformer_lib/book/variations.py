@@ -230,7 +230,7 @@ def _replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Varian
     ]
 
 
-# %% book/sweep.md:458 (cell 15)
+# %% book/sweep.md:459 (cell 15)
 SWEEP_PROFILES = {
     # A toy for tests and the demonstration: its numbers say nothing about the paper's claims.
     "ci": SweepProfile(
