@@ -43,8 +43,7 @@ def forward_flops(
     tgt_lengths: Iterable[int],
 ) -> int:
     """FLOPs of the matrix products of one forward pass (a multiply-add counts 2) over sentence
-    pairs of the given lengths, as the performance chapter derives them; not the element-wise
-    work. Real lengths give the useful work, padded ones what a batch executes."""
+    pairs of the given lengths: real lengths give the useful work, padded ones the executed."""
     pair = _recurrent_pair if isinstance(config, RecurrentConfig) else _transformer_pair
     pairs = Counter(zip(src_lengths, tgt_lengths, strict=True))  # equal lengths, equal cost
     return sum(count * pair(config, int(s), int(t)) for (s, t), count in pairs.items())
@@ -59,7 +58,7 @@ def training_flops(
     return 3 * forward_flops(config, src_lengths, tgt_lengths)
 
 
-# %% book/performance.md:266 (cell 10)
+# %% book/performance.md:265 (cell 10)
 @dataclass(frozen=True)
 class Peak:
     """An accelerator's peak rate of dense bf16 matrix products, and where the number is from."""
@@ -70,30 +69,10 @@ class Peak:
 
 
 PEAKS = (  # the first match wins: "H100 PCIe" must come before "H100"
-    Peak(
-        "H100 PCIe",
-        756e12,
-        "NVIDIA H100 Tensor Core GPU datasheet: BF16 Tensor Core 1,513 TFLOPS for the PCIe "
-        "card, stated with sparsity; dense is half",
-    ),
-    Peak(
-        "H100",
-        989.4e12,
-        "NVIDIA H100 Tensor Core GPU datasheet: BF16 Tensor Core 1,979 TFLOPS for H100 SXM, "
-        "stated with sparsity; dense is half",
-    ),
-    Peak(
-        "H200",
-        989.4e12,
-        "NVIDIA H200 Tensor Core GPU datasheet: BF16 Tensor Core 1,979 TFLOPS (SXM), stated "
-        "with sparsity; dense is half (the H100 SXM's compute with more memory)",
-    ),
-    Peak(
-        "A100",
-        312e12,
-        "NVIDIA A100 Tensor Core GPU datasheet: BF16 Tensor Core 312 TFLOPS dense "
-        "(624 with sparsity)",
-    ),
+    Peak("H100 PCIe", 756e12, "NVIDIA H100 datasheet: BF16 1,513 TFLOPS (PCIe) with sparsity"),
+    Peak("H100", 989.4e12, "NVIDIA H100 datasheet: BF16 1,979 TFLOPS (SXM) with sparsity"),
+    Peak("H200", 989.4e12, "NVIDIA H200 datasheet: BF16 1,979 TFLOPS (SXM) with sparsity"),
+    Peak("A100", 312e12, "NVIDIA A100 datasheet: BF16 312 TFLOPS dense (624 with sparsity)"),
 )
 
 
