@@ -22,13 +22,7 @@ from transformer_lib.attention import (
 )
 from transformer_lib.book.diagrams import figure_1, figure_2
 from transformer_lib.book.references import embedded, torch_masks, transformer_into_torch
-from transformer_lib.model import (
-    DecoderLayer,
-    EncoderLayer,
-    Transformer,
-    TransformerConfig,
-    sinusoidal_encoding,
-)
+from transformer_lib.model import Transformer, TransformerConfig, sinusoidal_encoding
 
 _SVG = "{http://www.w3.org/2000/svg}"  # the namespace of the figures' elements
 
@@ -71,7 +65,7 @@ def where_attention_stops_being_cheaper(four_layers, count_flops, kernel: int, r
     return f"d = {width}: self-attention is no longer cheaper from n = {crossings}"
 
 
-# %% book/solutions.md:142 (cell 4)
+# %% book/solutions.md:136 (cell 4)
 def additive_attention(query, key, value, w_query, w_key, w, mask=None):
     """softmax(w^T tanh(q W_q + k W_k)) V (§3.2.1). w_query, w_key: (d_k, d_a); w: (d_a,)."""
     hidden = torch.tanh((query @ w_query)[..., :, None, :] + (key @ w_key)[..., None, :, :])
@@ -145,7 +139,7 @@ def big_figure_2() -> str:
     return drawing
 
 
-# %% book/solutions.md:245 (cell 6)
+# %% book/solutions.md:239 (cell 6)
 def big_pre_ln_figure_1() -> str:
     """The model, exercise 1: Figure 1 of the big model with pre-LN layers, checked; the SVG."""
     with torch.device("meta"):
@@ -168,11 +162,11 @@ def layer_parameters_checked() -> str:
         attention = 4 * c.d_model * c.d_model + 4 * c.d_model  # W^Q, W^K, W^V, W^O, biases
         feed_forward = 2 * c.d_model * c.d_ff + c.d_ff + c.d_model  # W_1, W_2, b_1, b_2
         with torch.device("meta"):  # shapes only
-            layers = [(EncoderLayer(c), 1), (DecoderLayer(c), 2)]  # and their attentions
-        for layer, n in layers:
+            model = Transformer(c)
+        for layer, n in [(model.encoder.layers[0], 1), (model.decoder.layers[0], 2)]:
             counted = sum(p.numel() for p in layer.parameters())
             norms = (n + 1) * 2 * c.d_model  # one per sub-layer: a gain and a bias each
-            assert counted == n * attention + feed_forward + norms
+            assert counted == n * attention + feed_forward + norms  # n attentions
             lines.append(f"{type(layer).__name__}, d_model {c.d_model}: {counted:,} parameters")
     return "\n".join(lines)
 
@@ -191,18 +185,17 @@ def relative_positions_further(shift_matrix) -> str:
     return "\n".join(lines + ["M_j M_k = M_(j+k) and M_k M_(-k) = I hold"])
 
 
-def transformer_into_torch_pre_ln(ours: Transformer) -> nn.Transformer:
-    """transformer_into_torch for a pre-LN model: its LayerNorms come first and close each stack."""
-    theirs = transformer_into_torch(ours)  # the weights of every layer
-    for layer in [*theirs.encoder.layers, *theirs.decoder.layers]:
-        layer.norm_first = True  # what nn.Transformer(norm_first=True) sets
-    theirs.encoder.norm = copy.deepcopy(ours.encoder.norm)
-    theirs.decoder.norm = copy.deepcopy(ours.decoder.norm)
-    return theirs
-
-
 def pre_ln_against_torch() -> str:
     """The model, exercise 4: a pre-LN model agrees with its pre-LN copy, not the post-LN one."""
+
+    def transformer_into_torch_pre_ln(ours: Transformer) -> nn.Transformer:
+        theirs = transformer_into_torch(ours)  # the weights of every layer
+        for layer in [*theirs.encoder.layers, *theirs.decoder.layers]:
+            layer.norm_first = True  # what nn.Transformer(norm_first=True) sets
+        theirs.encoder.norm = copy.deepcopy(ours.encoder.norm)  # pre-LN closes each stack
+        theirs.decoder.norm = copy.deepcopy(ours.decoder.norm)
+        return theirs
+
     torch.manual_seed(0)
     sizes = dict(d_model=32, d_ff=64, n_heads=4, n_layers=2, dropout=0.0, norm_first=True)
     pre_ln = Transformer(TransformerConfig(50, 50, **sizes)).double().eval()
@@ -231,6 +224,5 @@ __all__ = [
     "big_pre_ln_figure_1",
     "layer_parameters_checked",
     "relative_positions_further",
-    "transformer_into_torch_pre_ln",
     "pre_ln_against_torch",
 ]
