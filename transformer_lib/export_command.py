@@ -35,25 +35,20 @@ def run_export(args: argparse.Namespace) -> int:
     if args.format == "hf":
         from transformer_lib.marian import save_huggingface
 
-        save_huggingface(model, tokenizer, args.out)
+        save_huggingface(model, tokenizer, args.out)  # written aside and moved, as below
     else:
-        _export_aside(args.format, model, tokenizer, args.out)
+        with atomic_folder(args.out) as staging:  # an interrupted export leaves no half folder
+            if args.format == "ctranslate2":
+                from transformer_lib.engine import convert_to_ctranslate2
+
+                convert_to_ctranslate2(model, tokenizer, staging)
+            else:
+                from transformer_lib.export import export_graphs
+
+                export_graphs(model, staging)
+                tokenizer.save(staging / "tokenizer.json")
     print(f"wrote {args.out} ({args.format})")
     return 0
-
-
-def _export_aside(form: str, model, tokenizer, out: Path) -> None:
-    """ONNX graphs or a CTranslate2 folder, written aside and moved into ``out`` whole."""
-    with atomic_folder(out) as staging:
-        if form == "onnx":
-            from transformer_lib.export import export_graphs
-
-            export_graphs(model, staging)
-            tokenizer.save(staging / "tokenizer.json")
-        else:
-            from transformer_lib.engine import convert_to_ctranslate2
-
-            convert_to_ctranslate2(model, tokenizer, staging)
 
 
 __all__: list[str] = []

@@ -319,7 +319,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
 
 
-# %% book/command_line.md:889 (cell 28)
+# %% book/command_line.md:884 (cell 28)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 
