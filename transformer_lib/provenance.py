@@ -131,9 +131,8 @@ def _changes(checkout: Path) -> dict:
 
 
 def git_commit(checkout: Path | None = None) -> dict:
-    """The commit of the code under ``checkout``, its changes and :func:`source_digest`. The
-    variable ``$TRANSFORMER_LIB_COMMIT`` wins over git (whose answer is then kept under
-    ``git_checkout``); changes under ``results/``, which runs write, do not count."""
+    """The commit of the code under ``checkout``, its changes and :func:`source_digest`;
+    ``$TRANSFORMER_LIB_COMMIT`` wins over git, whose answer is then kept under ``git_checkout``."""
     checkout = Path(checkout) if checkout is not None else _checkout()
     named = os.environ.get(COMMIT_ENV) or None
     source = {"source_sha256": source_digest(checkout)}

@@ -290,9 +290,8 @@ def train_translation(
 
 # %% book/recipe.md:374 (cell 9)
 def library_hash() -> str:
-    """A hash of the library's modules: the identity of the code that trains a run. The book's
-    machinery (``transformer_lib.book``) and the tangle's ``# %%`` markers are left out: neither
-    changes what a run trains, so editing a chart or the prose retrains nothing."""
+    """A hash of the library's modules, the identity of the code that trains a run; the book's
+    machinery and the tangle's ``# %%`` markers, which train nothing, are left out."""
     import transformer_lib  # the installed package (in the book's own cells too)
 
     digest = hashlib.sha256()

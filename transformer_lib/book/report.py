@@ -61,8 +61,7 @@ def last_checkpoints(run_dir: Path, n: int = 5) -> list[Path]:
 
 # %% book/shipped_models.md:105 (cell 4)
 def token_labels(tokenizer: BPETokenizer, ids: Sequence[int]) -> list[str]:
-    """A label for each BPE id: its text without the word-start space, special tokens by name,
-    ``␣`` for a piece that is only a space."""
+    """Each BPE id's text without the word-start space; special tokens by name, a space as ``␣``."""
     decode = tokenizer.tokenizer.decode
     return [
         SPECIAL_TOKENS[i] if i < len(SPECIAL_TOKENS) else decode([i]).strip() or "␣" for i in ids
@@ -70,9 +69,8 @@ def token_labels(tokenizer: BPETokenizer, ids: Sequence[int]) -> list[str]:
 
 
 def attention_example(model, tokenizer: BPETokenizer, source: str, translation: str) -> dict:
-    """The attention of ``model`` while it reads ``source`` and its ``translation`` (§3.2.3),
-    fed whole to the decoder: in one pass, the weights the search used at each step, rounded to 3
-    decimals as lists ``[layer][head][query][key]`` (labels: ``ATTENTION_AXES``)."""
+    """The attention of ``model`` reading ``source`` and its whole ``translation`` in one pass
+    (§3.2.3), rounded to 3 decimals as lists ``[layer][head][query][key]`` (``ATTENTION_AXES``)."""
     src_ids = tokenizer.encode(source) + [EOS_ID]
     predicted = tokenizer.encode(translation) + [EOS_ID]  # what each decoder position writes
     read = [BOS_ID] + predicted[:-1]  # what it reads: the same tokens, shifted right
@@ -89,7 +87,7 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
     return {"source": source, "translation": translation, **labels, "weights": weights}
 
 
-# %% book/shipped_models.md:144 (cell 6)
+# %% book/shipped_models.md:142 (cell 6)
 def _samples_markdown(pairs, translations, src, tgt, steps: list[int], search) -> str:
     lines = [
         f"# Sample translations, {src} → {tgt}, {TOKENIZED_SPLIT}\n",
@@ -107,8 +105,7 @@ def _samples_markdown(pairs, translations, src, tgt, steps: list[int], search) -
 def _score_splits(
     model, tokenizer, splits, src, tgt, out: Path, bleu: dict, data_dir, search, limit, progress
 ) -> dict:
-    """Translate and score each split, writing its hypotheses into ``out`` and its entry into
-    ``bleu["splits"]``; returns each split's sentence pairs and translations."""
+    """Translate, score and write each split into ``bleu["splits"]``; its pairs and translations."""
     translated = {}
     for split in splits:
         options = dict(data_dir=data_dir, search=search, limit=limit, progress=progress)
@@ -141,8 +138,7 @@ def _write_attention(out, model, tokenizer, pairs, hypotheses, sentences, max_to
 
 
 def _training_summary(run_dir: Path, checkpoint: dict) -> dict:
-    """The manifest's ``training`` entry: the averaged ``checkpoint``'s updates, the last one's
-    clocks and processes, and the log's median speed."""
+    """The manifest's ``training`` entry: updates, clocks, processes and the log's median speed."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     speeds = [r["tokens_per_s"] for r in records if r["kind"] == "train"]
     last = load_checkpoint(run_dir / "checkpoints" / "last.pt")  # the clocks and the processes
@@ -158,7 +154,7 @@ def _training_summary(run_dir: Path, checkpoint: dict) -> dict:
     }
 
 
-# %% book/shipped_models.md:214 (cell 7)
+# %% book/shipped_models.md:210 (cell 7)
 def write_report(
     run_dir: Path,
     out: Path,
@@ -250,7 +246,7 @@ def read_report(folder: Path) -> dict:
     return report
 
 
-# %% book/profiles.md:1015 (cell 35)
+# %% book/profiles.md:1014 (cell 35)
 from transformer_lib.book.significance import paired_bleu, read_translations
 
 # The cased BLEU on test_2016_flickr each profile's run set out to reach, by (profile, source,
@@ -263,9 +259,8 @@ REPORT_JSON = ("bleu", "config", "manifest")  # a seed's files, read by seed_rep
 
 
 def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
-    """The `laptop` runs that differ only by their seed, by direction (``"de-en"``) and seed: the
-    recorded run and ``laptop-seeds/*/`` (``tools/laptop_seeds.sh``). Each is its ``bleu.json``
-    with ``config``, ``manifest`` and ``folder`` added; a run still training is left out."""
+    """The finished `laptop` runs that differ only by seed (the recorded one, ``laptop-seeds/*/``)
+    by direction and seed: each ``bleu.json`` with ``config``, ``manifest`` and ``folder`` added."""
     results = Path(results)
     folders = sorted(results.glob("multi30k-*-laptop")) + sorted(results.glob("laptop-seeds/*"))
     runs: dict[str, dict[int, dict]] = {}
