@@ -263,7 +263,7 @@ def test_every_generated_module_declares_its_public_names(module):
 
 def code_lines(source: str) -> int:
     """The lines of a module a reader reads as code: its docstrings (documentation, which the API
-    reference shows) and the closing ``__all__`` the tangle writes, one name a line, not counted."""
+    reference shows) and the closing ``__all__`` the tangle writes, not counted."""
     tree = ast.parse(source)
     documentation = set()
     for node in ast.walk(tree):

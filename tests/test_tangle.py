@@ -223,3 +223,11 @@ def test_command_line_exit_status_and_message(book):
 def test_the_real_library_matches_the_real_book(root):
     generated = tangle.tangle(root, check=True)
     assert "cli.py" in generated
+
+
+def test_all_is_written_as_ruff_formats_it():
+    """On one line where it fits, else one name a line: ruff format leaves either as it is."""
+    assert tangle.all_statement(["a", "b"]) == '\n\n__all__ = ["a", "b"]\n'
+    long = [f"name_{i}" for i in range(12)]
+    assert tangle.all_statement(long).count("\n") == len(long) + 4
+    assert tangle.all_statement([]) == "\n\n__all__: list[str] = []\n"

@@ -261,10 +261,17 @@ def render(root: Path) -> dict[str, str]:
     return modules
 
 
+LINE_LENGTH = 100  # ruff's line-length (pyproject.toml): the generated modules are ruff-formatted
+
+
 def all_statement(names: list[str]) -> str:
-    """The module's closing ``__all__``, one name a line (as ruff format writes a long list)."""
+    """The module's closing ``__all__`` as ruff format writes it: on one line where it fits, else
+    one name a line."""
     if not names:
         return "\n\n__all__: list[str] = []\n"
+    one_line = "__all__ = [" + ", ".join(f'"{name}"' for name in names) + "]"
+    if len(one_line) <= LINE_LENGTH:
+        return f"\n\n{one_line}\n"
     lines = "".join(f'    "{name}",\n' for name in names)
     return f"\n\n__all__ = [\n{lines}]\n"
 
