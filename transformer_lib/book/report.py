@@ -246,7 +246,7 @@ def read_report(folder: Path) -> dict:
     return report
 
 
-# %% book/profiles.md:1014 (cell 35)
+# %% book/profiles.md:1010 (cell 35)
 from transformer_lib.book.significance import paired_bleu, read_translations
 
 # The cased BLEU on test_2016_flickr each profile's run set out to reach, by (profile, source,
