@@ -366,8 +366,4 @@ def _check_downloaded_manifest(folder: Path, name: str) -> None:
         )
 
 
-__all__ = [
-    "ModelRecord",
-    "save_pretrained",
-    "load_pretrained",
-]
+__all__ = ["ModelRecord", "save_pretrained", "load_pretrained"]

@@ -348,6 +348,4 @@ def _exclusive(path: Path) -> Iterator[None]:
         yield
 
 
-__all__ = [
-    "train_translation",
-]
+__all__ = ["train_translation"]
