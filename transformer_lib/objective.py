@@ -126,8 +126,7 @@ def backward_batch(
         nll = loss.detach()
         if config.label_smoothing:
             nll, _ = label_smoothed_loss(logits.detach(), batch.tgt_out, pad_id, 0.0)
-        loss_sum, nll_sum = torch.stack([loss.detach(), nll]).tolist()  # one device sync
-    return loss_sum, nll_sum
+        return tuple(torch.stack([loss.detach(), nll]).tolist())  # one device sync
 
 
 def finish_update(
@@ -156,14 +155,9 @@ def update_step(
     """One optimizer update (§5.3) from the batches of ``group``, normalised by all their target
     tokens. Returns the sums of the smoothed loss, of the NLL and of the target tokens."""
     tokens = sum(int((b.tgt_out != pad_id).sum()) for b in group)
-    total, total_nll = 0.0, 0.0
-    for batch in group:
-        loss_sum, nll_sum = backward_batch(network, batch, tokens, config, pad_id, autocast)
-        total, total_nll = total + loss_sum, total_nll + nll_sum
+    sums = [backward_batch(network, batch, tokens, config, pad_id, autocast) for batch in group]
     finish_update(network, optimizer, scheduler, config)
-    return total, total_nll, tokens
+    return sum(loss for loss, _ in sums), sum(nll for _, nll in sums), tokens
 
 
-__all__ = [
-    "TrainingConfig",
-]
+__all__ = ["TrainingConfig"]
