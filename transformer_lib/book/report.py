@@ -123,7 +123,7 @@ def _score_splits(
     return translated
 
 
-def _write_attention(out, model, tokenizer, pairs, hypotheses, sentences, max_tokens) -> None:
+def _write_attention(out, model, tokenizer, pairs, hypotheses, sentences=3, max_tokens=16) -> None:
     """``attention.json``: ``sentences`` translations, those shorter than ``max_tokens`` first."""
 
     def too_long(i: int) -> bool:  # the file grows with the lengths squared: keep them short
@@ -166,8 +166,6 @@ def write_report(
     limit: int | None = None,
     device: str | torch.device | None = None,
     samples: int = 8,
-    attention_sentences: int = 3,
-    attention_max_tokens: int = 16,
     manifest: dict | None = None,
     shipped_dtype: torch.dtype | None = None,
     progress: bool = False,
@@ -207,8 +205,7 @@ def write_report(
     steps = averaged["averaged_steps"]
     text = _samples_markdown(pairs[:samples], hypotheses[:samples], src, tgt, steps, search)
     write_text_atomically(out / "samples.md", text)
-    attention = (attention_sentences, attention_max_tokens)
-    _write_attention(out, model, tokenizer, pairs, hypotheses, *attention)
+    _write_attention(out, model, tokenizer, pairs, hypotheses)
 
     write_text_atomically(out / "metrics.jsonl", (run_dir / "metrics.jsonl").read_text())
     record = {
