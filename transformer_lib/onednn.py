@@ -19,9 +19,8 @@ class OneDNNError(TransformerLibError, RuntimeError):
 
 def require_onednn() -> None:
     """Refuse, in one sentence, a PyTorch without the oneDNN operator that ``onednn_linear`` calls."""
-    if not (
-        torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    ):
+    available = torch.backends.mkldnn.is_available()
+    if not (available and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         raise OneDNNError(
             "this PyTorch build has no oneDNN (torch.backends.mkldnn.is_available() is False): "
             "use PyTorch's own products (the default)"
@@ -93,7 +92,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:838 (cell 24)
+# %% book/inference_engine.md:828 (cell 24)
 import weakref
 from dataclasses import dataclass
 from functools import partial
@@ -103,8 +102,7 @@ class PackedWeights:
     """``onednn_linear`` on weights reordered into oneDNN's layout once (inference only)."""
 
     def __init__(self):
-        # key -> (the weight's version, the weight, its reordered copy)
-        self.packed: dict[tuple, tuple[int, Tensor, Tensor]] = {}
+        self.packed: dict[tuple, tuple[int, Tensor, Tensor]] = {}  # key: (version, it, reordered)
         self.reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
 
     def __call__(self, x: Tensor, weight: Tensor, bias=None, relu: bool = False) -> Tensor:

@@ -81,10 +81,4 @@ def peak_for(device_name: str) -> Peak | None:
     return next((peak for peak in PEAKS if peak.name in device_name), None)
 
 
-__all__ = [
-    "forward_flops",
-    "training_flops",
-    "Peak",
-    "PEAKS",
-    "peak_for",
-]
+__all__ = ["forward_flops", "training_flops", "Peak", "PEAKS", "peak_for"]
