@@ -3,6 +3,9 @@
 
 
 # %% book/background.md:192 (cell 12)
+"""The charts of Part I, one function each; matplotlib is imported only when one is drawn."""
+
+
 def draw_operation_counts(lengths: list[int], counts: dict, projected: list[float], d: int) -> None:
     """Operations per layer against n, log-log: the fourth dashed, the projections dotted."""
     with _figure(size=(7, 4.5)) as (fig, ax):
@@ -30,7 +33,7 @@ def draw_path_lengths(lengths: list[int], paths: dict, title: str) -> None:
         ax.legend(fontsize=8)
 
 
-# %% book/data.md:207 (cell 13)
+# %% book/data.md:210 (cell 13)
 def draw_vocabulary_sweep(sweep: list[dict], chord, knee: int) -> None:
     """corpus.vocabulary_sweep: tokens per sentence and the knee's chord, whole words, rare symbols."""
     sizes = [r["size"] for r in sweep]
@@ -142,8 +145,6 @@ def draw_route(n_words: int, S: int, d_model: int, n_layers: int, V: int) -> Non
 
 
 # %% book/figures.md:709 (cell 18)
-"""The charts of Part I, one function each; matplotlib is imported only when one is drawn."""
-
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -213,7 +214,7 @@ def draw_curves(
         ax.legend(fontsize=8, ncol=1 + len(curves) // 6)
 
 
-# %% book/figures.md:786 (cell 20)
+# %% book/figures.md:784 (cell 20)
 def draw_learning_curves(metrics: dict, guessing=None, floors=(), learning_rate=True) -> None:
     """One row a run (label -> its metrics.jsonl records): its losses, training smoothed (solid)
     and not (dotted), held out (dots), ``floors`` (training, held out) dashed, ``guessing``

@@ -3,6 +3,9 @@
 
 
 # %% book/first_example.md:366 (cell 20)
+"""The interactive charts of Part I, drawn with altair, imported only when one is drawn."""
+
+
 def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
     """Lines from each query word to the keys it attends to, above the weight matrix, for rows
     of inspection.attention_records; the kind, layer and head chosen below."""
@@ -60,9 +63,7 @@ def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
     return alt.vconcat(words, matrix).add_params(kind, layer, head)
 
 
-# %% book/figures.md:884 (cell 22)
-"""The interactive charts of Part I, drawn with altair, imported only when one is drawn."""
-
+# %% book/figures.md:882 (cell 22)
 _KIND_NAMES = {
     "encoder": "encoder self-attention",
     "decoder": "decoder self-attention (masked)",

@@ -3,6 +3,9 @@
 
 
 # %% book/data.md:195 (cell 12)
+"""The Markdown tables of the book."""
+
+
 def vocabulary_table(sweep: list[dict]):
     """The vocabulary sweep (``corpus.vocabulary_sweep``), one row a size."""
     formats = {"size": ",", "tokens_per_sentence": ".2f", "whole_words": ".1%", "rare": ".1%"}
@@ -50,9 +53,7 @@ def beam_table(tokenizer: BPETokenizer, steps: list, finished: list, alpha: floa
     return table(["step", "hypothesis", "log p", "score"], rows)
 
 
-# %% book/figures.md:982 (cell 24)
-"""The Markdown tables of the book."""
-
+# %% book/figures.md:978 (cell 24)
 import ast
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -113,7 +114,7 @@ def failure_table(rows: Sequence[tuple[str, str, str, str]], root: Path):
     return table(header, [(*row[:3], f"`{row[3]}`") for row in rows])
 
 
-# %% book/figures.md:1052 (cell 26)
+# %% book/figures.md:1046 (cell 26)
 import torch
 
 from transformer_lib.model import Transformer, TransformerConfig
