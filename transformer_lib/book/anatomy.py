@@ -21,8 +21,7 @@ def _step_code(name: str):
 
 
 def train_steps() -> list[str]:
-    """The steps ``training.train`` calls in source order: its module's private functions and
-    those of ``distributed``."""
+    """The private and ``distributed`` functions that ``training.train`` calls, in source order."""
     calls = []
     for node in ast.walk(ast.parse(inspect.getsource(training.train))):
         f = getattr(node, "func", None)  # only calls have one
@@ -34,8 +33,7 @@ def train_steps() -> list[str]:
 
 
 def check_run_steps() -> None:
-    """Refuse RUN_STEPS unless they are ``train``'s steps, each of the kind its source shows
-    ("together": a collective call; "first": a return on the others), writing where a rank says."""
+    """Refuse RUN_STEPS unless they are ``train``'s steps, each of the kind its source shows."""
     called, drawn = train_steps(), [step.name for step in RUN_STEPS]
     if sorted(called) != sorted(drawn):
         raise ValueError(f"train calls {called}; the anatomy draws {drawn}")
@@ -54,7 +52,7 @@ def check_run_steps() -> None:
             raise ValueError(f"{step.name} is drawn writing a file; no rank decides who does")
 
 
-# %% book/figures.md:491 (cell 12)
+# %% book/figures.md:489 (cell 12)
 from dataclasses import dataclass, replace
 
 from transformer_lib.book.diagrams import BOX_H, Canvas, code_target

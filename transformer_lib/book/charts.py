@@ -144,7 +144,7 @@ def draw_route(n_words: int, S: int, d_model: int, n_layers: int, V: int) -> Non
         ax.text(-0.05, 1.75, "decoder: once per output token (§3, §6.1)", fontsize=9, weight="bold")
 
 
-# %% book/figures.md:709 (cell 18)
+# %% book/figures.md:707 (cell 18)
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -214,7 +214,7 @@ def draw_curves(
         ax.legend(fontsize=8, ncol=1 + len(curves) // 6)
 
 
-# %% book/figures.md:784 (cell 20)
+# %% book/figures.md:782 (cell 20)
 def draw_learning_curves(metrics: dict, guessing=None, floors=(), learning_rate=True) -> None:
     """One row a run (label -> its metrics.jsonl records): its losses, training smoothed (solid)
     and not (dotted), held out (dots), ``floors`` (training, held out) dashed, ``guessing``

@@ -63,7 +63,7 @@ def attention_explorer(records: list[dict], n_layers: int, n_heads: int):
     return alt.vconcat(words, matrix).add_params(kind, layer, head)
 
 
-# %% book/figures.md:882 (cell 22)
+# %% book/figures.md:880 (cell 22)
 _KIND_NAMES = {
     "encoder": "encoder self-attention",
     "decoder": "decoder self-attention (masked)",

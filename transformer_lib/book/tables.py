@@ -53,7 +53,7 @@ def beam_table(tokenizer: BPETokenizer, steps: list, finished: list, alpha: floa
     return table(["step", "hypothesis", "log p", "score"], rows)
 
 
-# %% book/figures.md:978 (cell 24)
+# %% book/figures.md:976 (cell 24)
 import ast
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -114,7 +114,7 @@ def failure_table(rows: Sequence[tuple[str, str, str, str]], root: Path):
     return table(header, [(*row[:3], f"`{row[3]}`") for row in rows])
 
 
-# %% book/figures.md:1046 (cell 26)
+# %% book/figures.md:1044 (cell 26)
 import torch
 
 from transformer_lib.model import Transformer, TransformerConfig
