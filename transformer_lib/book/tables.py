@@ -35,6 +35,24 @@ def position_table(pieces: list[str], columns: dict, rows: int | None = None):
     return table(["position", "piece", *names], lines, "rl" + "r" * len(names))
 
 
+def _pieces(tokenizer: BPETokenizer, ids) -> str:
+    return code(" ".join(piece(tokenizer, i) for i in ids))
+
+
+def greedy_table(tokenizer: BPETokenizer, steps: list[tuple]):
+    """Greedy search step by step, from ``steps`` of (input ids, candidate ids, probabilities)."""
+    rows = []
+    for s in shown(len(steps), head=12, tail=3):
+        if isinstance(s, str):
+            rows.append(("⋮", s, ""))
+            continue
+        inputs, ids, probs = steps[s]
+        pairs = zip(ids, probs, strict=True)
+        best = " ".join(f"{code(piece(tokenizer, i))}&nbsp;{p:.2f}" for i, p in pairs)
+        rows.append((s + 1, _pieces(tokenizer, inputs), best))
+    return table(["step", "decoder input", "the five most probable next tokens"], rows)
+
+
 def beam_table(tokenizer: BPETokenizer, steps: list, finished: list, alpha: float = 0.6):
     """Beam search step by step: each step's (tokens, log p) beams with their score, and (✓) the
     ``finished`` (tokens, log p, score, step) there."""
@@ -114,7 +132,7 @@ def failure_table(rows: Sequence[tuple[str, str, str, str]], root: Path):
     return table(header, [(*row[:3], f"`{row[3]}`") for row in rows])
 
 
-# %% book/figures.md:1044 (cell 26)
+# %% book/figures.md:1043 (cell 26)
 import torch
 
 from transformer_lib.model import Transformer, TransformerConfig
@@ -130,24 +148,6 @@ def shown(n: int, head: int, tail: int, also: set[int] = frozenset()) -> list[in
         rows.append(f"{gap} steps left out" if gap >= 2 else s)
         s += gap if gap >= 2 else 1
     return rows
-
-
-def _pieces(tokenizer: BPETokenizer, ids) -> str:
-    return code(" ".join(piece(tokenizer, i) for i in ids))
-
-
-def greedy_table(tokenizer: BPETokenizer, steps: list[tuple]):
-    """Greedy search step by step, from ``steps`` of (input ids, candidate ids, probabilities)."""
-    rows = []
-    for s in shown(len(steps), head=12, tail=3):
-        if isinstance(s, str):
-            rows.append(("⋮", s, ""))
-            continue
-        inputs, ids, probs = steps[s]
-        pairs = zip(ids, probs, strict=True)
-        best = " ".join(f"{code(piece(tokenizer, i))}&nbsp;{p:.2f}" for i, p in pairs)
-        rows.append((s + 1, _pieces(tokenizer, inputs), best))
-    return table(["step", "decoder input", "the five most probable next tokens"], rows)
 
 
 def run_profile(report: dict) -> str:
@@ -228,6 +228,7 @@ __all__ = [
     "vocabulary_table",
     "piece_table",
     "position_table",
+    "greedy_table",
     "beam_table",
     "markdown",
     "table",
@@ -236,7 +237,6 @@ __all__ = [
     "is_a_test",
     "failure_table",
     "shown",
-    "greedy_table",
     "run_profile",
     "run_label",
     "runs_table",
