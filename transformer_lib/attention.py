@@ -194,9 +194,4 @@ def _rows(bias: Tensor | None, start: int, stop: int | None) -> Tensor | None:
     return None if bias is None else bias[start:stop]
 
 
-__all__ = [
-    "padding_mask",
-    "subsequent_mask",
-    "scaled_dot_product_attention",
-    "MultiHeadAttention",
-]
+__all__ = ["padding_mask", "subsequent_mask", "scaled_dot_product_attention", "MultiHeadAttention"]

@@ -212,6 +212,4 @@ class BatchesByLength:
         )
 
 
-__all__ = [
-    "make_batches",
-]
+__all__ = ["make_batches"]

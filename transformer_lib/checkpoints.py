@@ -130,6 +130,4 @@ def check_resumable(
         )
 
 
-__all__ = [
-    "load_checkpoint",
-]
+__all__ = ["load_checkpoint"]

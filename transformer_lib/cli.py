@@ -215,7 +215,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:572 (cell 18)
+# %% book/command_line.md:579 (cell 18)
 SEARCH_OPTIONS = {  # each search option's SearchConfig field
     "beam": "beam_size",
     "alpha": "alpha",
@@ -340,7 +340,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:734 (cell 22)
+# %% book/command_line.md:741 (cell 22)
 def add_evaluate_command(commands) -> None:
     command = add_command(
         commands,

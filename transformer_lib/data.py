@@ -197,6 +197,4 @@ def load_multi30k(
     )
 
 
-__all__ = [
-    "load_multi30k",
-]
+__all__ = ["load_multi30k"]

@@ -531,7 +531,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:768 (cell 22)
+# %% book/inference_engine.md:765 (cell 22)
 from transformer_lib import onednn
 
 
@@ -572,9 +572,4 @@ class OneDNNDecoder(SentenceGroupedDecoder):
         return self.flat_step(x, self.cache)  # (N, V)
 
 
-__all__ = [
-    "greedy_search",
-    "beam_search",
-    "SearchConfig",
-    "translate",
-]
+__all__ = ["greedy_search", "beam_search", "SearchConfig", "translate"]

@@ -19,6 +19,4 @@ class MissingFileError(TransformerLibError, FileNotFoundError):
     """A file the library was asked to read is not there."""
 
 
-__all__ = [
-    "TransformerLibError",
-]
+__all__ = ["TransformerLibError"]

@@ -267,8 +267,4 @@ def save_evaluation(scores: dict, hypotheses: list[str], path: Path) -> Path:
     return hypotheses_path
 
 
-__all__ = [
-    "average_checkpoints",
-    "corpus_scores",
-    "evaluate_split",
-]
+__all__ = ["average_checkpoints", "corpus_scores", "evaluate_split"]

@@ -181,6 +181,4 @@ def save_huggingface(
     return Path(folder)
 
 
-__all__ = [
-    "save_huggingface",
-]
+__all__ = ["save_huggingface"]

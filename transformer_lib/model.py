@@ -15,7 +15,7 @@ from transformer_lib.attention import MultiHeadAttention, padding_mask, subseque
 from transformer_lib.errors import ConfigError
 
 
-# %% book/model.md:105 (cell 7)
+# %% book/model.md:104 (cell 7)
 @dataclass(frozen=True)
 class TransformerConfig:
     """The model's sizes and choices, with the paper's names (§3, Table 3); the presets
@@ -88,7 +88,7 @@ class TransformerConfig:
         return cls(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **{**sizes, **changes})
 
 
-# %% book/model.md:208 (cell 11)
+# %% book/model.md:207 (cell 11)
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (§3.3) at every position: (..., d_model) -> same."""
 
@@ -101,7 +101,7 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear_2(torch.relu(self.linear_1(x)))
 
 
-# %% book/model.md:251 (cell 15)
+# %% book/model.md:250 (cell 15)
 class Embeddings(nn.Module):
     """Token embeddings multiplied by sqrt(d_model) (§3.4). (B, L) int64 -> (B, L, d_model)."""
 
@@ -115,7 +115,7 @@ class Embeddings(nn.Module):
         return self.lookup(tokens) * self.scale
 
 
-# %% book/model.md:292 (cell 19)
+# %% book/model.md:291 (cell 19)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5), float32."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
@@ -126,7 +126,7 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-# %% book/model.md:314 (cell 21)
+# %% book/model.md:313 (cell 21)
 class PositionalEncoding(nn.Module):
     """Positions added to (B, L, d_model) embeddings, then dropout; ``positions`` (B, L): packed."""
 
@@ -155,7 +155,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:441 (cell 29)
+# %% book/model.md:440 (cell 29)
 class EncoderLayer(nn.Module):
     """Self-attention, then the FFN, each a residual sub-layer (§3.1): (B, S, d_model) -> same."""
 
@@ -209,7 +209,7 @@ def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:535 (cell 33)
+# %% book/model.md:534 (cell 33)
 class Stack(nn.Module):
     """Embeddings, positions, N layers of class ``layer``, pre-LN a last LayerNorm (§3.1)."""
 
@@ -319,7 +319,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
 
 
-# %% book/command_line.md:884 (cell 28)
+# %% book/command_line.md:891 (cell 28)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 
@@ -347,7 +347,4 @@ def check_config(c: "TransformerConfig") -> None:
         )
 
 
-__all__ = [
-    "TransformerConfig",
-    "Transformer",
-]
+__all__ = ["TransformerConfig", "Transformer"]

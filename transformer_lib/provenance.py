@@ -178,10 +178,15 @@ def environment(device) -> dict:
 
     import transformer_lib
 
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
-                "cuda": torch.version.cuda, "tokenizers": tokenizers.__version__,
-                "sacrebleu": sacrebleu.__version__, "numpy": numpy.__version__,
-                "transformer_lib": transformer_lib.__version__}  # fmt: skip
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "tokenizers": tokenizers.__version__,
+        "sacrebleu": sacrebleu.__version__,
+        "numpy": numpy.__version__,
+        "transformer_lib": transformer_lib.__version__,
+    }
     return {**git_commit(), "device": device_name(device), "versions": versions}
 
 

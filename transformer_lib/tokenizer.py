@@ -148,6 +148,4 @@ class BPETokenizer:
         return [text[1:] if text.startswith(" ") else text for text in texts]
 
 
-__all__ = [
-    "BPETokenizer",
-]
+__all__ = ["BPETokenizer"]

@@ -457,8 +457,4 @@ def distributed_update_step(
     return total, total_nll, local
 
 
-__all__ = [
-    "Validation",
-    "RunOptions",
-    "train",
-]
+__all__ = ["Validation", "RunOptions", "train"]

@@ -64,8 +64,4 @@ def padding_fraction(plan: Sequence[Sequence[int]], lengths: Sequence[tuple[int,
     return 1 - real / padded
 
 
-__all__ = [
-    "oov_rates",
-    "vocabulary_sweep",
-    "padding_fraction",
-]
+__all__ = ["oov_rates", "vocabulary_sweep", "padding_fraction"]

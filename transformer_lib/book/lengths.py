@@ -54,9 +54,4 @@ def trained_lengths(pairs, max_tokens: int, seed: int, steps: int) -> tuple[list
     return src_lengths, tgt_lengths
 
 
-__all__ = [
-    "pairs_within",
-    "length_buckets",
-    "bucket_scores",
-    "trained_lengths",
-]
+__all__ = ["pairs_within", "length_buckets", "bucket_scores", "trained_lengths"]

@@ -131,8 +131,4 @@ class RecurrentDecoder:
         self.state = tuple(s[:, rows] for s in self.state)  # (n_layers, N', d_model) each
 
 
-__all__ = [
-    "RecurrentConfig",
-    "RecurrentTranslator",
-    "RecurrentDecoder",
-]
+__all__ = ["RecurrentConfig", "RecurrentTranslator", "RecurrentDecoder"]

@@ -159,7 +159,7 @@ def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int)
     return c.svg(700, bottom + 6)
 
 
-# %% book/translator.md:513 (cell 18)
+# %% book/translator.md:516 (cell 18)
 def byte_values() -> dict[str, int]:
     """The byte-level alphabet, character -> byte: GPT-2's map of bytes to characters, inverted."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
@@ -167,7 +167,7 @@ def byte_values() -> dict[str, int]:
     return {chr(b): b for b in printable} | {chr(0x100 + n): b for n, b in enumerate(others)}
 
 
-# %% book/translator.md:649 (cell 25)
+# %% book/translator.md:652 (cell 25)
 import json
 
 from transformer_lib.book.significance import PairedBleu, paired_bleu, read_translations

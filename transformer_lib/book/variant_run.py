@@ -123,6 +123,4 @@ def run_variant(
     }
 
 
-__all__ = [
-    "run_variant",
-]
+__all__ = ["run_variant"]
