@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from transformer_lib.errors import ConfigError
 
 
-# %% book/training.md:190 (cell 13)
+# %% book/training.md:192 (cell 13)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
     """The target distribution of ``cross_entropy(label_smoothing=...)`` (§5.4), (N,) -> (N, V):
     ``(1 - smoothing) * onehot(target) + smoothing / vocab_size``, zero rows for padding."""
@@ -38,7 +38,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:310 (cell 21)
+# %% book/training.md:312 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business.
@@ -102,6 +102,11 @@ class TrainingConfig:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.lr_scale <= 0:
             raise ConfigError(f"lr_scale must be positive, got {self.lr_scale}")
+        if self.cooldown_steps and not 0 < self.cooldown_steps <= self.max_steps:
+            raise ConfigError(
+                f"cooldown_steps={self.cooldown_steps} must be 1..max_steps ({self.max_steps}): "
+                "shorten it"
+            )
 
 
 # Settings that may change when a run is resumed: how far it goes, how it reports, and how its
@@ -112,7 +117,7 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:405 (cell 23)
+# %% book/training.md:412 (cell 23)
 def backward_batch(
     network: nn.Module, batch, divisor: float, config: TrainingConfig, pad_id: int, autocast=None
 ) -> tuple[float, float]:

@@ -8,8 +8,10 @@
 import torch
 from torch import nn
 
+from transformer_lib.errors import ConfigError
 
-# %% book/training.md:93 (cell 7)
+
+# %% book/training.md:95 (cell 7)
 def rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
     """The learning rate of formula (3), §5.3, at update ``step`` (counted from 1)."""
     if step < 1:
@@ -35,7 +37,7 @@ def make_optimizer(
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Adam and the schedule of formula (3) (§5.3); ``fused``: PyTorch's option (None: default)."""
     if cooldown_steps and not 0 < cooldown_steps <= max_steps:
-        raise ValueError(f"{cooldown_steps=} must be 1..max_steps ({max_steps}): shorten it")
+        raise ConfigError(f"{cooldown_steps=} must be 1..max_steps ({max_steps}): shorten it")
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=betas, eps=eps, fused=fused)
 
     def factor(taken: int) -> float:  # the base rate is 1: the factor is the learning rate
