@@ -4,11 +4,10 @@ A code cell whose first line is ``#| export: <module>`` is copied, in book order
 ``_toc.yml``), into ``transformer_lib/<module>.py``; a dotted name writes into a subpackage, as nbdev
 does (``#| export: book.charts`` writes ``transformer_lib/book/charts.py``). Every generated module
 starts with a header that names its chapter(s) and says to edit the book instead; each copied cell
-is preceded by a marker giving the chapter, line and cell it came from. Every module ends with its
-``__all__``: for a module of the library, the names the API page (``book/api.md``) documents for
-it, in book order, so that the page and the surface are one list; for the book's own machinery
-(``book.*``), the names its cells define at top level, less those that begin with an underscore
-and lower-case variables (a ``logger``).
+is preceded by a marker giving the chapter, line and cell it came from. Every module of the library
+ends with its ``__all__``: the names the API page (``book/api.md``) documents for it, in book order,
+so that the page and the surface are one list. The book's own machinery (``book.*``) is no API: its
+chapters import what they use by name, and it declares no ``__all__``.
 
 Rules (each is an error with a message that names the place):
 
@@ -86,15 +85,6 @@ def _is_hand_written(rel: str) -> bool:
     return Path(rel).name == "__init__.py" or rel == "__main__.py"
 
 
-def is_public(name: str, node: ast.stmt) -> bool:
-    """Whether a top-level name goes into the module's ``__all__``: no leading underscore, and no
-    lower-case variable (a ``logger``); a function's or class's name counts whatever its case."""
-    if name.startswith("_"):
-        return False
-    is_definition = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-    return is_definition or name != name.lower()
-
-
 def chapters_in_order(root: Path) -> list[Path]:
     """The chapter files named in ``_toc.yml``, in reading order."""
     toc_path = root / "_toc.yml"
@@ -167,9 +157,8 @@ def exported_cells(root: Path, chapter: Path) -> list[ExportedCell]:
     return cells
 
 
-def _check_cell(cell: ExportedCell) -> dict[str, tuple[int, bool]]:
-    """Parse one exported cell; return the top-level names it defines (name -> (line, whether the
-    name is public))."""
+def _check_cell(cell: ExportedCell) -> dict[str, int]:
+    """Parse one exported cell; return the top-level names it defines, with their lines."""
     try:
         tree = ast.parse(cell.code)
     except SyntaxError as err:
@@ -195,7 +184,7 @@ def _check_cell(cell: ExportedCell) -> dict[str, tuple[int, bool]]:
         for name in defined:
             if name in names:
                 raise TangleError(f"{cell.origin}: {name!r} is defined twice in the same cell")
-            names[name] = (node.lineno, is_public(name, node))
+            names[name] = node.lineno
     return names
 
 
@@ -232,9 +221,8 @@ def render(root: Path) -> dict[str, str]:
     modules, documented = {}, documented_names(root)
     for module, cells in by_module.items():
         defined_at: dict[str, str] = {}
-        public: list[str] = []
         for cell in cells:
-            for name, (line, exported) in _check_cell(cell).items():
+            for name, line in _check_cell(cell).items():
                 where = f"{cell.chapter}:{cell.line + line - 1}"
                 if name in defined_at:
                     raise TangleError(
@@ -242,21 +230,18 @@ def render(root: Path) -> dict[str, str]:
                         f"{defined_at[name]}; rename one of them"
                     )
                 defined_at[name] = where
-                if exported:
-                    public.append(name)
-        if not module.startswith("book."):  # the library: its surface is the API page's
-            undefined = [name for name in documented.get(module, []) if name not in defined_at]
-            if undefined:
-                raise TangleError(
-                    f"{API_PAGE} documents {', '.join(f'{PACKAGE}.{module}.{n}' for n in undefined)}"
-                    ", which no chapter defines: export it or drop its entry"
-                )
-            public = [name for name in defined_at if name in documented.get(module, [])]
+        undefined = [name for name in documented.get(module, []) if name not in defined_at]
+        if undefined:
+            raise TangleError(
+                f"{API_PAGE} documents {', '.join(f'{PACKAGE}.{module}.{n}' for n in undefined)}"
+                ", which no chapter defines: export it or drop its entry"
+            )
         chapters = list(dict.fromkeys(cell.chapter for cell in cells))
         parts = [header(chapters)]
         for cell in cells:
             parts.append(f"\n\n# %% {cell.origin}\n{cell.code}\n")
-        parts.append(all_statement(public))
+        if not module.startswith("book."):  # the library: its surface is the API page's
+            parts.append(all_statement([n for n in defined_at if n in documented.get(module, [])]))
         modules[module_file(module)] = "".join(parts)
     return modules
 

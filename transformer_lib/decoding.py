@@ -531,7 +531,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:765 (cell 22)
+# %% book/inference_engine.md:760 (cell 22)
 from transformer_lib import onednn
 
 

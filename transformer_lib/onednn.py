@@ -92,7 +92,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:825 (cell 24)
+# %% book/inference_engine.md:820 (cell 24)
 import weakref
 from dataclasses import dataclass
 from functools import partial

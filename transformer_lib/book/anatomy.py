@@ -149,6 +149,3 @@ def run_anatomy() -> str:
         c.rect(40, y + 76 + 20 * i, 16, 13, fill, kind="legend", rx=2)
         c.text(64, y + 87 + 20 * i, legend, 11, anchor="start")
     return c.svg(856, y + 144)
-
-
-__all__ = ["train_steps", "check_run_steps", "RunStep", "RUN_STEPS", "run_anatomy"]

@@ -299,22 +299,3 @@ def draw_route(n_words: int, S: int, d_model: int, n_layers: int, V: int) -> Non
         ax.text(5.9, -1.1, "append the chosen token, until </s>", ha="center", fontsize=8.5)
         ax.text(-0.05, 4.1, "encoder: once (§3.1)", fontsize=9, weight="bold")
         ax.text(-0.05, 1.75, "decoder: once per output token (§3, §6.1)", fontsize=9, weight="bold")
-
-
-__all__ = [
-    "draw_weights",
-    "draw_curves",
-    "draw_learning_curves",
-    "draw_masks",
-    "draw_score_scaling",
-    "draw_operation_counts",
-    "draw_path_lengths",
-    "draw_positional_encoding",
-    "draw_vocabulary_sweep",
-    "draw_length_histograms",
-    "draw_padding",
-    "draw_bars",
-    "draw_unknown_rates",
-    "draw_search_sweep",
-    "draw_route",
-]

@@ -62,6 +62,3 @@ def padding_fraction(plan: Sequence[Sequence[int]], lengths: Sequence[tuple[int,
             real += sum(widths)
             padded += len(widths) * max(widths)
     return 1 - real / padded
-
-
-__all__ = ["oov_rates", "vocabulary_sweep", "padding_fraction"]

@@ -344,17 +344,3 @@ def figure_1(model: Transformer, src: Tensor, tgt: Tensor) -> str:
         c.text(435, 30, f"{label}: {sizes}", 11.5)
     top = dec_top - 60
     return c.svg(900, 44 - top, top)
-
-
-__all__ = [
-    "code_target",
-    "code_link",
-    "FILLS",
-    "BOX_H",
-    "Box",
-    "Canvas",
-    "ATTENTION_STEPS",
-    "figure_2",
-    "forward_shapes",
-    "figure_1",
-]

@@ -145,6 +145,3 @@ def run_attention_chart(attention_by_run: dict):
         .properties(width="container", height=420)  # as wide as the page's column
         .add_params(run, sentence, kind, layer, head)
     )
-
-
-__all__ = ["attention_explorer", "run_attention_chart"]

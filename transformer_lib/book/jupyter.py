@@ -26,6 +26,3 @@ def glue(name: str, value) -> None:
     myst_glue(name, value)
     if not in_build():
         print(f"{name} = {value}")
-
-
-__all__ = ["in_build", "show_progress", "glue"]

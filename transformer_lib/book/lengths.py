@@ -52,6 +52,3 @@ def trained_lengths(pairs, max_tokens: int, seed: int, steps: int) -> tuple[list
             tgt_lengths += [lengths[i][1] for i in batch]
         steps, epoch = steps - len(plan), epoch + 1
     return src_lengths, tgt_lengths
-
-
-__all__ = ["pairs_within", "length_buckets", "bucket_scores", "trained_lengths"]

@@ -79,6 +79,3 @@ PEAKS = (  # the first match wins: "H100 PCIe" must come before "H100"
 def peak_for(device_name: str) -> Peak | None:
     """The peak of the device called ``device_name`` (e.g. "NVIDIA H100 80GB HBM3"), or None."""
     return next((peak for peak in PEAKS if peak.name in device_name), None)
-
-
-__all__ = ["forward_flops", "training_flops", "Peak", "PEAKS", "peak_for"]

@@ -129,6 +129,3 @@ class RecurrentDecoder:
     def select(self, rows: Tensor) -> None:
         self.memory, self.src_mask = self.memory[rows], self.src_mask[rows]
         self.state = tuple(s[:, rows] for s in self.state)  # (n_layers, N', d_model) each
-
-
-__all__ = ["RecurrentConfig", "RecurrentTranslator", "RecurrentDecoder"]

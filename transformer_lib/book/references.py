@@ -90,12 +90,3 @@ TABLE_3_PARAMETERS = [
     ("E: learned positions", dict(positional="learned", max_len=512), None),
     ("big", dict(d_model=1024, d_ff=4096, n_heads=16), 213),
 ]
-
-
-__all__ = [
-    "attention_into_torch",
-    "transformer_into_torch",
-    "torch_masks",
-    "embedded",
-    "TABLE_3_PARAMETERS",
-]

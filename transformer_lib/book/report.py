@@ -357,25 +357,3 @@ def comparison_lines(compared: dict) -> list[str]:
             f"{t.p_value:.3f} |"
         )
     return lines
-
-
-__all__ = [
-    "TEST_SPLITS",
-    "TOKENIZED_SPLIT",
-    "REPORT_FILES",
-    "ATTENTION_AXES",
-    "ReportError",
-    "hypotheses_name",
-    "last_checkpoints",
-    "token_labels",
-    "attention_example",
-    "write_report",
-    "read_report",
-    "TARGETS",
-    "ANCHORS",
-    "REPORT_JSON",
-    "seed_reports",
-    "seed_spread",
-    "recorded_comparisons",
-    "comparison_lines",
-]

@@ -71,6 +71,3 @@ def read_translations(path: str | Path, split: str = "test_2016_flickr") -> list
     if Path(path).suffix != ".tsv":
         return lines
     return [line.partition("\t")[2] for line in lines if line.startswith(split + "\t")]
-
-
-__all__ = ["PairedBleu", "paired_bleu", "read_translations"]

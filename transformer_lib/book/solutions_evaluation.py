@@ -363,21 +363,3 @@ def where_8_bits_change_a_word(model, tokenizer, folder: Path, sentences: int = 
         f"{np.mean(np.array(every) < max(parting)):.0%} of the steps have a gap below the "
         "largest where they part"
     )
-
-
-__all__ = [
-    "RandomTree",
-    "beam_against_exhaustive",
-    "what_alpha_changes",
-    "averaging_by_hand",
-    "another_sentence",
-    "alpha_in_the_loop",
-    "where_greedy_and_beam_part",
-    "attention_entropy_by_layer",
-    "every_score_recomputed",
-    "bootstrap_bleu",
-    "what_alpha_buys",
-    "pieces_by_hand",
-    "embedding_copies",
-    "where_8_bits_change_a_word",
-]

@@ -211,18 +211,3 @@ def pre_ln_against_torch() -> str:
         assert difference < 1e-10 if agrees else difference > 1e-3
         lines.append(f"{copy_of.__name__}: largest difference {difference:.1e}")
     return "\n".join(lines)
-
-
-__all__ = [
-    "dilated_of_other_widths",
-    "where_attention_stops_being_cheaper",
-    "additive_attention",
-    "additive_attention_checked",
-    "masks_hide_what_they_should",
-    "one_head_at_a_time",
-    "big_figure_2",
-    "big_pre_ln_figure_1",
-    "layer_parameters_checked",
-    "relative_positions_further",
-    "pre_ln_against_torch",
-]

@@ -190,16 +190,3 @@ def where_the_factor_starts(wide_config: TransformerConfig, probe, seed: int = 0
         f"d_k = {d:3}: {u:6.1%} saturated without the factor, {s:6.1%} with it"
         for d, u, s in zip(widths, undivided, paper, strict=True)
     )
-
-
-__all__ = [
-    "bytes_and_first_merge",
-    "random_batch_padding",
-    "unseen_characters",
-    "schedule_of_another_model",
-    "floor_of_the_smoothed_loss",
-    "wrong_way_to_average",
-    "padding_changes_nothing",
-    "floor_for_another_recipe",
-    "where_the_factor_starts",
-]

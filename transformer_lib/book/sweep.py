@@ -305,19 +305,3 @@ def merge_lane(out: Path, lane: Path, manifest: dict, note: dict | None = None) 
     manifest.update(merged)
     _write_json(out / MANIFEST_FILE, manifest)
     return written
-
-
-__all__ = [
-    "RESULTS_FILE",
-    "HYPOTHESES_FOLDER",
-    "BUCKETS_FILE",
-    "MANIFEST_FILE",
-    "run_order",
-    "read_results",
-    "sweep_tokenizer",
-    "planned_flops",
-    "SweepPlan",
-    "plan_sweep",
-    "run_sweep",
-    "merge_lane",
-]

@@ -5,9 +5,7 @@
 # %% book/figures.md:1181 (cell 24)
 """The Markdown tables of the book."""
 
-import ast
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from transformer_lib.decoding import SearchConfig, length_penalty
 from transformer_lib.tokenizer import EOS_ID, SPECIAL_TOKENS, BPETokenizer
@@ -44,28 +42,7 @@ def code(text: str) -> str:
     return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
-def is_a_test(test: str, root: Path) -> bool:
-    """Whether ``test`` (``tests/test_x.py::test_name``) is a test function of ``root``."""
-    file, _, name = test.partition("::")
-    path = root / file
-    if not (name.startswith("test_") and file.startswith("tests/") and path.is_file()):
-        return False
-    body = ast.parse(path.read_text(encoding="utf-8")).body
-    return any(isinstance(node, ast.FunctionDef) and node.name == name for node in body)
-
-
-def failure_table(rows: Sequence[tuple[str, str, str, str]], root: Path):
-    """Rows of (what goes wrong, what you see, what to do, a test of ``root``) as a table."""
-    if any(len(row) != 4 for row in rows):
-        raise ValueError("a row has four cells: what goes wrong, what you see, what to do, a test")
-    missing = [test for *_, test in rows if not is_a_test(test, root)]
-    if missing:
-        raise ValueError(f"no such test in {root / 'tests'}: {', '.join(missing)}")
-    header = ["what goes wrong", "what you see", "what to do", "the test"]
-    return table(header, [(*row[:3], f"`{row[3]}`") for row in rows])
-
-
-# %% book/figures.md:1251 (cell 26)
+# %% book/figures.md:1228 (cell 26)
 import torch
 
 from transformer_lib.model import Transformer, TransformerConfig
@@ -220,25 +197,3 @@ def search_table(rungs: list[dict], candidates: dict):
         for r in sorted(rungs, key=lambda r: (r["minutes"], -r["valid_bleu"]))
     ]
     return table(["minutes", "candidate", "change", "updates", "BLEU", "loss"], rows)
-
-
-__all__ = [
-    "markdown",
-    "table",
-    "piece",
-    "code",
-    "is_a_test",
-    "failure_table",
-    "piece_table",
-    "position_table",
-    "vocabulary_table",
-    "shown",
-    "greedy_table",
-    "beam_table",
-    "run_profile",
-    "run_label",
-    "runs_table",
-    "headline_table",
-    "change",
-    "search_table",
-]

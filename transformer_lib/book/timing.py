@@ -61,6 +61,3 @@ def search_point(
     length = sum(map(len, tokenizer.encode_batch(outputs))) / len(outputs)
     bleu = corpus_scores(outputs, list(references))["bleu"]
     return {"bleu": bleu, "per_s": len(outputs) / seconds, "length": length}
-
-
-__all__ = ["pad_sources", "time_generation", "search_point"]

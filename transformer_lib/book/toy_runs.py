@@ -22,6 +22,3 @@ def train_without_files(
     with tempfile.TemporaryDirectory(prefix="run-") as folder:
         options = RunOptions(progress=show_progress())
         return train(model, batches, config, Path(folder), options=options)
-
-
-__all__ = ["train_without_files"]

@@ -201,18 +201,3 @@ def eight_bit_against_pytorch(recorded: Path) -> dict[tuple[str, str], PairedBle
             references = [target for _, target in pairs[: len(pytorch)]]
             found[name, search] = paired_bleu(pytorch, eight_bit, references)
     return found
-
-
-__all__ = [
-    "AXES",
-    "fixed_sizes",
-    "graph_interface",
-    "interface_table",
-    "RecordingState",
-    "page_pass",
-    "steps_table",
-    "reorder_figure",
-    "byte_values",
-    "measured_models",
-    "eight_bit_against_pytorch",
-]

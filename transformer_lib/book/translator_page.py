@@ -136,14 +136,3 @@ def export_page_models(
         index["models"][name] = _export_model_folder(models / name, out / name, served_length)
     write_json(out / "translator.json", index)
     return index
-
-
-__all__ = [
-    "PAGE_MODELS",
-    "models_folder",
-    "export_key",
-    "export_inputs",
-    "changed_inputs",
-    "outdated_measurements",
-    "export_page_models",
-]

@@ -121,6 +121,3 @@ def run_variant(
         ],
         "hypotheses": hypotheses,
     }
-
-
-__all__ = ["run_variant"]

@@ -280,18 +280,3 @@ SWEEP_PROFILES = {
         translate_batch=128,
     ),
 }
-
-
-__all__ = [
-    "SweepError",
-    "Variant",
-    "SweepProfile",
-    "build_model",
-    "recurrent_parameters",
-    "matching_recurrent",
-    "sweep_identity",
-    "read_back",
-    "select_variants",
-    "sweep_variants",
-    "SWEEP_PROFILES",
-]

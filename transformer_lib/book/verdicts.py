@@ -370,28 +370,3 @@ def updates_to_reach(steps: list[int], ppl: list[float], target: float) -> float
             before, after = ppl[i - 1], value  # before > target >= after
             return steps[i - 1] + (step - steps[i - 1]) * (before - target) / (before - after)
     return None
-
-
-__all__ = [
-    "ALPHA",
-    "Measure",
-    "PERPLEXITY",
-    "BLEU",
-    "Sample",
-    "Comparison",
-    "compare",
-    "holm",
-    "Verdict",
-    "verdict",
-    "PAPER",
-    "COUNTERPARTS",
-    "profile_name",
-    "Sweep",
-    "effect",
-    "level",
-    "in_table_order",
-    "table_markdown",
-    "throughput_ratios",
-    "seconds_per_update",
-    "updates_to_reach",
-]
