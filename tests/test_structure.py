@@ -76,7 +76,6 @@ LAYERS = [
     # FLOPs (of both kinds of model); Table 3's variants; the translator page's inside and the
     # anatomy of a training run, drawn with the diagrams' tools
     ["book.anatomy", "book.performance", "book.translator_internals", "book.variations"],
-    ["book.variant_run"],  # one variant of Table 3 trained and scored
     ["book.report", "book.sweep", "book.verdicts"],  # what a run or a sweep writes, how it reads
     # the solutions of Part I's exercises, which the chapters call
     ["book.solutions_evaluation", "book.solutions_model", "book.solutions_training"],

@@ -39,12 +39,12 @@ from transformer_lib.book.sweep import (
     HYPOTHESES_FOLDER,
     MANIFEST_FILE,
     RESULTS_FILE,
+    _train_variant,
     read_results,
     run_order,
     run_sweep,
     sweep_tokenizer,
 )
-from transformer_lib.book.variant_run import _train_variant
 from transformer_lib.book.variations import (
     SWEEP_PROFILES,
     SweepError,

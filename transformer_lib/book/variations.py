@@ -134,13 +134,14 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
 
 
 # %% book/sweep.md:348 (cell 13)
-def _variant_training(profile: SweepProfile, max_steps: int | None) -> TrainingConfig:
-    """``profile``'s training for ``max_steps`` (default: its own), validated and checkpointed
-    as often as the profile says."""
+def sweep_variants(
+    profile: SweepProfile, vocab_size: int, max_steps: int | None = None
+) -> list[Variant]:
+    """Table 3's rows around ``profile``'s base, then ours, all trained for the same steps."""
     steps = profile.training.max_steps if max_steps is None else max_steps
     if steps < 1:
         raise SweepError(f"max_steps must be at least 1, got {steps}")
-    return dataclasses.replace(
+    training = dataclasses.replace(
         profile.training,
         max_steps=steps,
         validate_every=max(1, steps // profile.validations),
@@ -148,14 +149,6 @@ def _variant_training(profile: SweepProfile, max_steps: int | None) -> TrainingC
         keep_checkpoints=1,
         log_every=max(1, min(profile.training.log_every, steps)),
     )
-
-
-def sweep_variants(
-    profile: SweepProfile, vocab_size: int, max_steps: int | None = None
-) -> list[Variant]:
-    """Table 3's rows around ``profile``'s base, then ours; every variant trains for the same
-    steps."""
-    training = _variant_training(profile, max_steps)
     base = dataclasses.replace(
         profile.model, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, pad_id=PAD_ID
     )
@@ -208,29 +201,17 @@ def sweep_variants(
         add(f"C-N{n}-warmup{warmup}", "depth", f"N={n}, warm-up {warmup}", train=longer, n_layers=n)
         add(f"C-N{n}-preLN", "depth", f"N={n}, pre-LN", n_layers=n, norm_first=True)
         add("base-preLN", "depth", "pre-LN", norm_first=True)
-    return variants + _replicas(variants, profile)
-
-
-def _replicas(variants: Sequence[Variant], profile: SweepProfile) -> list[Variant]:
-    """The variants named in ``profile.replicated`` again with each of ``profile.seeds``."""
     by_name = {v.name: v for v in variants}
-    unknown = [name for name in profile.replicated if name not in by_name]
-    if unknown:
+    if unknown := [name for name in profile.replicated if name not in by_name]:
         raise SweepError(f"the profile replicates unknown variants {', '.join(unknown)}")
-    return [
-        dataclasses.replace(
-            by_name[name],
-            name=f"{name}-seed{seed}",
-            label=f"{by_name[name].label}, seed {seed}",
-            training=dataclasses.replace(by_name[name].training, seed=seed),
-            replica_of=name,
-        )
-        for seed in profile.seeds
-        for name in profile.replicated
-    ]
+    for seed, v in ((s, by_name[name]) for s in profile.seeds for name in profile.replicated):
+        rerun = dataclasses.replace(v.training, seed=seed)
+        label, within = f"{v.label}, seed {seed}", v.train_max_len
+        add(f"{v.name}-seed{seed}", v.row, label, v.model, rerun, within, of=v.name)
+    return variants
 
 
-# %% book/sweep.md:459 (cell 15)
+# %% book/sweep.md:440 (cell 15)
 SWEEP_PROFILES = {
     # A toy for tests and the demonstration: its numbers say nothing about the paper's claims.
     "ci": SweepProfile(
