@@ -94,13 +94,10 @@ def download(url: str, path: Path, expected_sha256: str) -> Path:
 
 
 def _check_split(split: str, *languages: str) -> None:
-    if split not in SPLITS:
-        raise DataError(f"unknown Multi30k split {split!r}; valid splits: {', '.join(SPLITS)}")
-    for language in languages:
-        if language not in LANGUAGES:
-            raise DataError(
-                f"unknown Multi30k language {language!r}; valid languages: {', '.join(LANGUAGES)}"
-            )
+    checked = [("split", split, SPLITS)] + [("language", lang, LANGUAGES) for lang in languages]
+    for kind, value, valid in checked:
+        if value not in valid:
+            raise DataError(f"unknown Multi30k {kind} {value!r}; valid {kind}s: {', '.join(valid)}")
     if len(set(languages)) != len(languages):
         raise DataError(f"source and target language are the same ({languages[0]!r})")
 
