@@ -8,8 +8,10 @@
 import ast
 import functools
 import inspect
+from dataclasses import dataclass, replace
 
 from transformer_lib import training
+from transformer_lib.book.diagrams import BOX_H, Canvas, code_target
 
 # Calls that every process must reach together: a step that makes one is drawn "together".
 _COLLECTIVES = ("all_reduce(", "all_gather(", "update_step(", "DistributedDataParallel(")
@@ -51,11 +53,6 @@ def check_run_steps() -> None:
         if step.first_writes and "run.rank" not in source and "run.log(" not in source:
             raise ValueError(f"{step.name} is drawn writing a file; no rank decides who does")
 
-
-# %% book/figures.md:471 (cell 10)
-from dataclasses import dataclass, replace
-
-from transformer_lib.book.diagrams import BOX_H, Canvas, code_target
 
 # The three kinds of step: their fills and legends.
 _TAKING_PART = {

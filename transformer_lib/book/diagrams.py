@@ -319,8 +319,7 @@ def _column(c: Canvas, model: Transformer, stack: str, cx: float, shapes, top_bo
 
 
 def figure_1(model: Transformer, src: Tensor, tgt: Tensor) -> str:
-    """The paper's Figure 1 for ``model`` as an SVG string, each arrow labelled with its
-    tensor's shape in a forward pass on ``src`` (B, S) and ``tgt`` (B, T)."""
+    """The paper's Figure 1 for ``model`` as SVG, each arrow labelled with its tensor's shape."""
     shapes = forward_shapes(model, src, tgt)
     c, ex, dx = Canvas(), 250, 620
     enc_top, memory, _ = _column(c, model, "encoder", ex, shapes)
