@@ -111,7 +111,7 @@ class RecurrentTranslator(nn.Module):
         return self.generator(outputs)  # (B, T, V_tgt)
 
 
-# %% book/sweep.md:161 (cell 7)
+# %% book/sweep.md:163 (cell 7)
 class RecurrentDecoder:
     """The :class:`~transformer_lib.decoding.DecoderState` of a :class:`RecurrentTranslator`."""
 
