@@ -133,12 +133,11 @@ def run_anatomy() -> str:
         y += _step_box(c, step, cx, y, w)
         if step is not chain[-1]:
             c.arrow((cx, y), (cx, y + gap))
-    first, last, left = tops[_LOOP_FROM], tops[chain[-1].name], cx - w / 2 - 34
+    edge = cx - w / 2  # the boxes' left side
+    first, last, left = tops[_LOOP_FROM], tops[chain[-1].name], edge - 34
     c.rect(16, first - 30, 824, y - first + 42, "none", kind="loop", dashed=True)
     c.text(left - 4, first - 12, "while step < max_steps:", 11.5, mono=True, anchor="start")
-    c.arrow(
-        (cx - w / 2, last + 19), (left, last + 19), (left, first + 19), (cx - w / 2, first + 19)
-    )
+    c.arrow((edge, last + 19), (left, last + 19), (left, first + 19), (edge, first + 19))
     c.text(left - 6, (first + last) / 2, "next update", 11, anchor="end")
     c.arrow((cx, y), (cx, y + 40))
     c.text(cx, y + 56, "max_steps reached, or out of time: return the summary", 12, bold=True)
