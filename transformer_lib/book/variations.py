@@ -123,8 +123,7 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
     if wanted is None:
         return list(variants)
     known = {v.name for v in variants} | {v.row for v in variants}
-    unknown = [w for w in wanted if w not in known]
-    if unknown:
+    if unknown := [w for w in wanted if w not in known]:
         names, rows = [v.name for v in variants], dict.fromkeys(v.row for v in variants)
         raise SweepError(
             f"unknown variant or row {', '.join(unknown)}: choose from "
@@ -133,7 +132,7 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
     return [v for v in variants if v.name in wanted or v.row in wanted]
 
 
-# %% book/sweep.md:347 (cell 12)
+# %% book/sweep.md:346 (cell 12)
 def sweep_variants(
     profile: SweepProfile, vocab_size: int, max_steps: int | None = None
 ) -> list[Variant]:
@@ -211,7 +210,7 @@ def sweep_variants(
     return variants
 
 
-# %% book/sweep.md:439 (cell 14)
+# %% book/sweep.md:438 (cell 14)
 SWEEP_PROFILES = {
     # A toy for tests and the demonstration: its numbers say nothing about the paper's claims.
     "ci": SweepProfile(
@@ -226,7 +225,6 @@ SWEEP_PROFILES = {
         device="cpu",
         minutes=10.0,
     ),
-    # Two CPU cores for about 300 minutes, in parts: the translation recipe's `ci` model.
     "cpu": SweepProfile(
         model=TransformerConfig(2000, 2000, d_model=128, d_ff=512, n_heads=4, n_layers=2),
         training=TrainingConfig(
@@ -249,7 +247,6 @@ SWEEP_PROFILES = {
         device="cpu",
         minutes=300.0,
     ),
-    # One H100 for about 25 minutes: the paper's widths, half its depth.
     "full": SweepProfile(
         model=TransformerConfig(8000, 8000, d_model=512, d_ff=2048, n_heads=8, n_layers=3),
         training=TrainingConfig(
