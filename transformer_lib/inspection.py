@@ -5,30 +5,18 @@
 # %% book/figures.md:569 (cell 10)
 """Looking inside a model: the attention weights of every layer, head and kind (paper §3.2.3)."""
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
-from transformer_lib.attention import MultiHeadAttention, padding_mask
+from transformer_lib.attention import padding_mask
 
 KINDS = ("encoder", "decoder", "cross")  # encoder self-, masked decoder self-, encoder-decoder
 
 
-@contextmanager
-def _keeping_weights(modules: Sequence[MultiHeadAttention]) -> Iterator[None]:
-    """While the block runs, every call of these modules takes ``need_weights=True``."""
-
-    def ask(module, args, kwargs):  # the encoder passes (query, key, value, mask) by position
-        return args, {**kwargs, "need_weights": True}
-
-    handles = [module.register_forward_pre_hook(ask, with_kwargs=True) for module in modules]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+def _ask_for_weights(module, args, kwargs):  # the encoder passes (query, key, value, mask) alone
+    return args, {**kwargs, "need_weights": True}
 
 
 @torch.no_grad()
@@ -45,13 +33,17 @@ def attention_maps(model: nn.Module, src: Tensor, tgt: Tensor) -> dict[str, Tens
         module.weights = None  # forget the weights of an earlier call
     training = model.training
     model.eval()
+    hooks = [
+        m.register_forward_pre_hook(_ask_for_weights, with_kwargs=True) for m in modules["encoder"]
+    ]
     try:
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
-        with _keeping_weights(modules["encoder"]):
-            memory = model.encode(src, src_mask)
+        memory = model.encode(src, src_mask)
         model.decode(tgt, memory, src_mask, need_weights=True)
     finally:
         model.train(training)
+        for hook in hooks:
+            hook.remove()
     if any(m.weights is None for kind in KINDS for m in modules[kind]):
         raise ValueError("an attention module of this model did not keep its weights")
     return {kind: torch.stack([m.weights for m in modules[kind]]) for kind in KINDS}
