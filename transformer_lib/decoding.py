@@ -531,17 +531,14 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:760 (cell 22)
+# %% book/inference_engine.md:752 (cell 22)
 from transformer_lib import onednn
 
 
 class OneDNNDecoder(SentenceGroupedDecoder):
-    """``SentenceGroupedDecoder`` with an engine's step for CPUs: every product by oneDNN, the
-    encoder's included, and a step written out as one flat function (``onednn.FlatStep``): the
-    attention of the new positions as two batched products and a softmax, which beats the fused
-    kernel for a step's few queries and keys, and no module or layer called on the way. A model
-    in training mode, or rows not grouped by sentence, take the model's own forward (with
-    oneDNN's projections). Float32 weights on the CPU only."""
+    """``SentenceGroupedDecoder`` with every product by oneDNN and a step as one flat function
+    (``onednn.FlatStep``); a model in training mode, or rows not grouped by sentence, take the
+    model's own forward. Float32 weights on the CPU only."""
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         onednn.require_onednn_weights(model)
@@ -552,10 +549,8 @@ class OneDNNDecoder(SentenceGroupedDecoder):
     encoder_group = 64  # sentences encoded together, see encode
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        """The memory (n, S, d_model) of ``src`` (n, S): the encoder with oneDNN's products,
-        ``encoder_group`` sentences at a time, each group cut to its own longest sentence
-        (``encode_in_groups``). ``translate`` sorts a batch by length, so a small group carries
-        little padding where the whole batch would carry much."""
+        """The memory (n, S, d_model) of ``src`` (n, S), ``encoder_group`` sentences at a time,
+        each group cut to its own longest sentence (``translate`` sorts a batch by length)."""
         encoder, groups = self.model.encoder, self.encoder_group
         return onednn.encode_in_groups(encoder, src, src_mask, groups, self.linear)
 

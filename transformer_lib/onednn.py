@@ -92,9 +92,8 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:820 (cell 24)
+# %% book/inference_engine.md:806 (cell 24)
 import weakref
-from dataclasses import dataclass
 from functools import partial
 
 
@@ -184,55 +183,25 @@ def encode_in_groups(
     return memory
 
 
-@dataclass(frozen=True)
 class StepLayer:
     """One decoder layer as :class:`FlatStep` reads it, each matrix in oneDNN's layout."""
 
-    qkv: tuple  # self-attention's W^Q, W^K and W^V in one matrix, and their bias
-    self_out: tuple  # its W^O and bias
-    query: tuple  # encoder-decoder attention's W^Q and bias
-    cross_out: tuple  # its W^O and bias
-    feed_forward: tuple | None  # ((W_1, b_1), (W_2, b_2)); None: the layer has none
-    norms: tuple  # F.layer_norm's (shape, weight, bias, eps) of each sub-layer
-    norm_first: bool
-    heads: int
-    d_k: int
-    d_v: int
-    scales: tuple[float, float]  # self-attention's and encoder-decoder attention's
+    def __init__(self, layer, linear: PackedWeights):
+        own, cross, network = layer.self_attn, layer.cross_attn, layer.feed_forward
 
-    @classmethod
-    def of(cls, layer, linear: PackedWeights) -> "StepLayer":
-        self_attn, cross_attn, network = layer.self_attn, layer.cross_attn, layer.feed_forward
+        def product(module, rows: int | None = None) -> tuple:  # (weight, bias): first rows, or all
+            bias = None if module.bias is None else module.bias[:rows]
+            return linear.reordered(module.weight[:rows]), bias
 
-        def product(module, rows: int | None = None) -> tuple:  # its first rows, or all
-            weight, bias = module.weight, module.bias
-            if rows is not None:
-                weight, bias = weight[:rows], None if bias is None else bias[:rows]
-            return linear.reordered(weight), bias
-
-        ffn = None if network is None else (product(network.linear_1), product(network.linear_2))
-        return cls(
-            qkv=product(self_attn.in_proj),
-            self_out=product(self_attn.out_proj),
-            query=product(cross_attn.in_proj, cross_attn.n_heads * cross_attn.d_k),  # W^Q
-            cross_out=product(cross_attn.out_proj),
-            feed_forward=ffn,
-            norms=tuple((n.normalized_shape, n.weight, n.bias, n.eps) for n in layer.norms),
-            norm_first=layer.norm_first,
-            heads=self_attn.n_heads,
-            d_k=self_attn.d_k,
-            d_v=self_attn.d_v,
-            scales=tuple(
-                a.d_k**-0.5 if a.scale is None else a.scale for a in (self_attn, cross_attn)
-            ),
-        )
-
-
-def with_room(cache: Tensor, room: int) -> Tensor:
-    """A cache (B, h, t, d) copied with ``room`` positions to spare."""
-    grown = cache.new_empty(*cache.shape[:2], cache.shape[2] + room, cache.shape[3])
-    grown[:, :, : cache.shape[2]] = cache
-    return grown
+        self.qkv, self.self_out = product(own.in_proj), product(own.out_proj)
+        self.query = product(cross.in_proj, cross.n_heads * cross.d_k)  # W^Q alone
+        self.cross_out = product(cross.out_proj)
+        ffn = network and (product(network.linear_1), product(network.linear_2))
+        self.feed_forward = ffn  # ((W_1, b_1), (W_2, b_2)); None: the layer has none
+        self.norms = [(n.normalized_shape, n.weight, n.bias, n.eps) for n in layer.norms]
+        self.norm_first, self.heads = layer.norm_first, own.n_heads
+        self.d_k, self.d_v = own.d_k, own.d_v
+        self.scales = [a.d_k**-0.5 if a.scale is None else a.scale for a in (own, cross)]
 
 
 def softmax_in_place(scores: Tensor) -> Tensor:
@@ -247,7 +216,7 @@ class FlatStep:
     """A decoder step as one flat function of the new positions, rows grouped by sentence."""
 
     def __init__(self, model, linear: PackedWeights):
-        self.layers = [StepLayer.of(layer, linear) for layer in model.decoder.layers]
+        self.layers = [StepLayer(layer, linear) for layer in model.decoder.layers]
         self.final_norm = model.decoder.norm  # pre-LN's last LayerNorm, else nothing
         self.vocabulary = linear.reordered(model.generator.weight), model.generator.bias
         self.zero = torch.zeros(())  # baddbmm's other term where it adds none
@@ -258,7 +227,8 @@ class FlatStep:
         bias = self.source_bias(cache.side.mask)
         for layer, (own, source) in zip(self.layers, cache.layers, strict=True):
             if own.keys is not None and own.keys.shape[2] == own.length:  # full: double its room
-                own.keys, own.values = (with_room(t, own.length) for t in (own.keys, own.values))
+                room = (torch.cat([t, torch.empty_like(t)], dim=2) for t in (own.keys, own.values))
+                own.keys, own.values = room
             sublayers = [
                 partial(self.self_attention, layer, own.extend),
                 partial(self.cross_attention, layer, source.keys, source.values, bias),
