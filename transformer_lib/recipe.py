@@ -110,7 +110,7 @@ PROFILES = {
 }
 
 
-# %% book/recipe.md:152 (cell 4)
+# %% book/recipe.md:151 (cell 4)
 def greedy_bleu(
     tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], batch_size: int = 100
 ) -> Callable[[nn.Module], dict]:
@@ -158,15 +158,12 @@ def _read_pairs(
     src: str, tgt: str, name: str, data_dir: Path | None, corpus: ParallelCorpus | None
 ) -> tuple[list, list, dict]:
     """The training and validation pairs, of Multi30k or of ``corpus``, and the run's metadata."""
+    metadata = {"data": "multi30k", "src": src, "tgt": tgt, "profile": name}
     if corpus is None:
-        train_pairs = load_multi30k("train", src, tgt, data_dir)
-        valid_pairs = load_multi30k("val", src, tgt, data_dir)
-        metadata = {"data": "multi30k", "src": src, "tgt": tgt, "profile": name}
-    else:
-        train_pairs, valid_pairs = corpus.load()
-        files = [str(Path(path).resolve()) for path in dataclasses.astuple(corpus)]
-        metadata = {"data": "files", "src": src, "tgt": tgt, "profile": name, "files": files}
-    return train_pairs, valid_pairs, metadata
+        splits = (load_multi30k(split, src, tgt, data_dir) for split in ("train", "val"))
+        return *splits, metadata
+    files = [str(Path(path).resolve()) for path in dataclasses.astuple(corpus)]
+    return *corpus.load(), {**metadata, "data": "files", "files": files}
 
 
 def _run_tokenizer(path: Path, train_pairs: list, vocab_size: int) -> BPETokenizer:
@@ -193,7 +190,7 @@ def _shared_out(training: TrainingConfig, world: int, name: str) -> TrainingConf
     return dataclasses.replace(training, max_tokens=training.max_tokens // world)
 
 
-# %% book/recipe.md:236 (cell 5)
+# %% book/recipe.md:232 (cell 5)
 def train_translation(
     profile: str | Profile,
     src: str,
@@ -288,7 +285,7 @@ def train_translation(
     return train(model, batches, training, out, validation, options)
 
 
-# %% book/recipe.md:374 (cell 9)
+# %% book/recipe.md:369 (cell 9)
 def library_hash() -> str:
     """A hash of the library's modules, the identity of the code that trains a run; the book's
     machinery and the tangle's ``# %%`` markers, which train nothing, are left out."""

@@ -24,16 +24,14 @@ from transformer_lib.evaluation import (
     load_translator,
 )
 from transformer_lib.inspection import KINDS, attention_maps
-from transformer_lib.pretrained import load_pretrained, save_pretrained
+from transformer_lib.pretrained import MODEL_FILES, load_pretrained, save_pretrained
 from transformer_lib.provenance import environment, write_json, write_text_atomically
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, BPETokenizer
 
 TEST_SPLITS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
 TOKENIZED_SPLIT = "test_2016_flickr"  # where tutorials report lowercased, tokenized BLEU
 REPORT_FILES = (
-    "config.json",
-    "model.safetensors",
-    "tokenizer.json",
+    *MODEL_FILES,
     "metrics.jsonl",
     "bleu.json",
     "samples.md",
@@ -67,7 +65,7 @@ def last_checkpoints(run_dir: Path, n: int = 5) -> list[Path]:
     return found[-n:]
 
 
-# %% book/shipped_models.md:113 (cell 4)
+# %% book/shipped_models.md:111 (cell 4)
 def token_labels(tokenizer: BPETokenizer, ids: Sequence[int]) -> list[str]:
     """Each BPE id's text without the word-start space; special tokens by name, a space as ``␣``."""
     decode = tokenizer.tokenizer.decode
@@ -95,7 +93,7 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
     return {"source": source, "translation": translation, **labels, "weights": weights}
 
 
-# %% book/shipped_models.md:150 (cell 6)
+# %% book/shipped_models.md:147 (cell 6)
 def _samples_markdown(pairs, translations, src, tgt, steps: list[int], search) -> str:
     lines = [
         f"# Sample translations, {src} → {tgt}, {TOKENIZED_SPLIT}\n",
@@ -164,7 +162,7 @@ def _training_summary(run_dir: Path, checkpoint: dict) -> dict:
     }
 
 
-# %% book/shipped_models.md:220 (cell 7)
+# %% book/shipped_models.md:217 (cell 7)
 def write_report(
     run_dir: Path,
     out: Path,
@@ -180,13 +178,9 @@ def write_report(
     shipped_dtype: torch.dtype | None = None,
     progress: bool = False,
 ) -> dict:
-    """Evaluate a finished run as §6.1 does and write its report (``REPORT_FILES`` and one
-    hypothesis file a split) into ``out``; returns ``bleu.json``.
-
-    The last ``average`` checkpoints are averaged (into ``run_dir/average.pt``) and each split is
-    translated with ``search`` (default: the model's own). ``limit`` keeps the first sentences of
-    each split; ``manifest`` adds entries (the commands) to ``manifest.json``; ``shipped_dtype``
-    is the shipped weights' type (default: the model's float32)."""
+    """Average the last ``average`` checkpoints, translate each split with ``search`` (default:
+    the model's own) and write the report into ``out``; returns ``bleu.json``. ``manifest`` adds
+    entries (the commands) to ``manifest.json``."""
     started = time.perf_counter()
     run_dir, out = Path(run_dir), Path(out)
     config = json.loads((run_dir / "config.json").read_text())
@@ -262,11 +256,10 @@ def read_report(folder: Path) -> dict:
     return report
 
 
-# %% book/profiles.md:1183 (cell 35)
+# %% book/profiles.md:1104 (cell 35)
 from transformer_lib.book.significance import paired_bleu, read_translations
 
-# The cased BLEU on test_2016_flickr each profile's run set out to reach, by (profile, source,
-# target); the chapter "The real run" sets them beside the anchors.
+# The cased BLEU on test_2016_flickr each profile's run set out to reach (*The real run*).
 TARGETS = {
     ("laptop", "de", "en"): 41,
     ("laptop", "en", "de"): 39,
@@ -309,12 +302,7 @@ def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
 def seed_spread(runs: dict[int, dict], split: str = "test_2016_flickr") -> dict[str, float]:
     """The number, mean, lowest and highest BLEU on ``split`` of a direction's seeds."""
     scores = [run["splits"][split]["bleu"] for run in runs.values()]
-    return {
-        "seeds": len(scores),
-        "mean": statistics.fmean(scores),
-        "min": min(scores),
-        "max": max(scores),
-    }
+    return dict(seeds=len(scores), mean=statistics.fmean(scores), min=min(scores), max=max(scores))
 
 
 def recorded_comparisons(results: Path, split: str = "test_2016_flickr") -> dict:
