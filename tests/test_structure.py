@@ -60,7 +60,6 @@ LAYERS = [
     # BLEU and averaging; the CTranslate2 engine; ONNX graphs
     ["engine", "evaluation", "export", "marian"],  # ... and our model as a MarianMT model
     ["recipe"],  # a training recipe
-    ["export_command"],  # the command that writes a model for another runtime
     ["cli"],  # the command line only wires the others
     ["__main__"],  # ``python -m transformer_lib``
     # The book's machinery, on top of the library.
