@@ -256,7 +256,7 @@ def read_report(folder: Path) -> dict:
     return report
 
 
-# %% book/profiles.md:1104 (cell 35)
+# %% book/profiles.md:1101 (cell 35)
 from transformer_lib.book.significance import paired_bleu, read_translations
 
 # The cased BLEU on test_2016_flickr each profile's run set out to reach (*The real run*).
@@ -284,8 +284,8 @@ REPORT_JSON = ("bleu", "config", "manifest")  # a seed's files, read by seed_rep
 
 
 def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
-    """The finished `laptop` runs that differ only by seed (the recorded one, ``laptop-seeds/*/``)
-    by direction and seed: each ``bleu.json`` with ``config``, ``manifest`` and ``folder`` added."""
+    """The finished `laptop` runs by direction and seed: ``bleu.json`` with ``config``,
+    ``manifest`` and ``folder`` added (the recorded run, then ``laptop-seeds/*/``)."""
     results = Path(results)
     folders = sorted(results.glob("multi30k-*-laptop")) + sorted(results.glob("laptop-seeds/*"))
     runs: dict[str, dict[int, dict]] = {}

@@ -3,8 +3,7 @@
 
 
 # %% book/profiles.md:1030 (cell 34)
-"""sacreBLEU's paired bootstrap test of two systems' translations (chapter *How the profiles were
-chosen*), for every chapter that states a difference of BLEU in words."""
+"""sacreBLEU's paired bootstrap test of two systems' translations, for every chapter."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,9 +34,8 @@ class PairedBleu:
 def paired_bleu(
     baseline: Sequence[str], system: Sequence[str], references: Sequence[str], resamples=1000
 ) -> PairedBleu:
-    """``system`` against ``baseline`` by sacreBLEU's paired bootstrap test, with the interval of
-    the difference from the same resamples (NumPy's generator seeded as sacreBLEU seeds it, from
-    ``$SACREBLEU_SEED``); raises if its p-value is not sacreBLEU's."""
+    """sacreBLEU's paired bootstrap test of ``system`` against ``baseline``, with the 95% interval
+    of the difference from the same resamples; raises if its p-value is not sacreBLEU's."""
     import numpy as np
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
@@ -65,8 +63,7 @@ def paired_bleu(
 
 
 def read_translations(path: str | Path, split: str = "test_2016_flickr") -> list[str]:
-    """A report's ``hyp.<split>.<tgt>.txt``, or the ``split`` lines of a ``.hyp.tsv`` (split,
-    tab, translation) that ``tools/score_at_alpha.py`` writes."""
+    """A report's hypotheses file, or the ``split`` lines of a ``.hyp.tsv`` (split, tab, text)."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     if Path(path).suffix != ".tsv":
         return lines
