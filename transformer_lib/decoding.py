@@ -32,9 +32,6 @@ def greedy_search(
     """The most probable token at every step, for N sentences at once (beam search with a beam
     of 1 finds the same tokens).
 
-    Finished sentences' rows are dropped from the state once they are a quarter of its rows (a
-    ``select`` copies the whole state, so it waits until it pays).
-
     Args:
         state: the model as a :class:`DecoderState` holding N rows, one per sentence, e.g.
             ``IncrementalDecoder(model, src)`` for a source ``src`` (N, S).
@@ -57,12 +54,10 @@ def greedy_search(
         for row, (sentence, token) in enumerate(zip(active.tolist(), tokens.tolist(), strict=True)):
             if done[sentence]:  # finished, its row not dropped yet
                 continue
-            if token != eos_id:
-                outputs[sentence].append(token)
-            if token != eos_id and len(outputs[sentence]) < limits[sentence]:
+            outputs[sentence] += [] if token == eos_id else [token]
+            done[sentence] = token == eos_id or len(outputs[sentence]) >= limits[sentence]
+            if not done[sentence]:
                 keep.append(row)
-            else:
-                done[sentence] = True
         if len(keep) <= 0.75 * len(active):  # a quarter of the rows finished: drop them
             rows = torch.tensor(keep, dtype=torch.long, device=tokens.device)
             state.select(rows)
@@ -70,7 +65,7 @@ def greedy_search(
     return outputs
 
 
-# %% book/decoding.md:154 (cell 4)
+# %% book/decoding.md:149 (cell 4)
 @dataclass(frozen=True)
 class Hypothesis:
     """A finished output of beam search (§6.1): its tokens (no ``<s>``/``</s>``), log-probability
@@ -109,12 +104,8 @@ def beam_search(
     beam_size: int = 4,
     alpha: float = 0.6,
 ) -> list[Hypothesis]:
-    """Batched beam search (§6.1): the best finished hypothesis of each of N sentences.
-
-    The first step runs on the state's N rows (the k beams would all be the same ``<s>``), then
-    the state holds N * k rows. Of the k * V candidates the best 2k are looked at: an ending among
-    the best k is finished, the best k that do not end are the next beams; a sentence stops with
-    k finished. They are ranked by log p(Y | X) / ((5 + len(Y)) / 6) ** α (``</s>`` counted).
+    """Batched beam search (§6.1): the best finished hypothesis of each of N sentences, ranked
+    by log p(Y | X) / ((5 + |Y|) / 6) ** α (``</s>`` counted); a sentence stops with k finished.
 
     Args:
         state, bos_id, eos_id, max_lengths: as :func:`greedy_search` takes them.
@@ -183,7 +174,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/decoding.md:276 (cell 6)
+# %% book/decoding.md:267 (cell 6)
 from transformer_lib.attention import padding_mask, subsequent_mask
 
 
@@ -210,25 +201,20 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:327 (cell 8)
+# %% book/decoding.md:318 (cell 8)
 class KeyValueCache:
-    """One attention's keys (B, h, t, d_k) and values (B, h, t, d_v), kept between the steps of
-    a decoder; ``MultiHeadAttention.forward(..., cache=)`` reads and extends it.
-
-    ``linear(x, weight, bias)`` computes the attention's projections (None: PyTorch's). In
-    encoder-decoder attention, ``source`` is the decoder's :class:`SourceSide`, which says how
-    each row finds its sentence's keys, values and mask.
-    """
+    """One attention's keys (B, h, t, d_k) and values (B, h, t, d_v) between a decoder's steps,
+    which ``MultiHeadAttention.forward(..., cache=)`` reads and extends; ``linear(x, weight,
+    bias)`` computes its projections (None: PyTorch's), ``source`` is the :class:`SourceSide` of
+    encoder-decoder attention."""
 
     def __init__(self, keys=None, values=None, linear=None, source=None):
         self.keys, self.values, self.linear, self.source = keys, values, linear, source
         self.length = 0 if keys is None else keys.shape[2]  # positions held
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """The keys and values of the earlier positions, then those of the new ones, k (B, h, L,
-        d_k) and v (B, h, L, d_v): (B, h, t + L, .), kept for the next step. They go into the
-        room left after the earlier ones (by ``select``, or by a decoder that keeps some to
-        spare), if there is some."""
+        """The earlier positions' keys and values, then the new k (B, h, L, d_k) and v (B, h, L,
+        d_v): (B, h, t + L, .), written into the room left after the earlier ones if there is."""
         start, self.length = self.length, self.length + k.shape[2]
         if self.keys is not None:
             if self.keys.shape[2] >= self.length:  # room for the new positions
@@ -240,8 +226,8 @@ class KeyValueCache:
 
 
 class SourceSide:
-    """How the rows of a decoder's state find the encoder side: each row has its own copy of its
-    sentence's keys and values and of the source mask ``mask`` (N, 1, 1, S)."""
+    """How a decoder's rows find the encoder side: each its own copy of its sentence's keys,
+    values and source mask ``mask`` (N, 1, 1, S)."""
 
     def __init__(self, mask: Tensor):
         self.mask = mask
@@ -258,12 +244,9 @@ class SourceSide:
 
 
 class DecoderCache:
-    """Every decoder layer's pair of caches (self-attention's, encoder-decoder attention's) and
-    the positions decoded so far, which ``Transformer.decode(..., cache=)`` reads and extends.
-
-    ``source_kv``: each layer's keys (N, h, S, d_k) and values (N, h, S, d_v) of the encoder's
-    output; ``own_kv``: each layer's self-attention keys and values so far (None: none yet).
-    """
+    """Every decoder layer's pair of caches (self-attention's, encoder-decoder attention's), which
+    ``Transformer.decode(..., cache=)`` reads and extends. ``source_kv``: each layer's keys (N, h,
+    S, d_k) and values (N, h, S, d_v) of the memory; ``own_kv``: its self-attention's so far."""
 
     def __init__(self, source_kv: list, side: SourceSide, linear=None, own_kv: list | None = None):
         self.side, self.length = side, 0 if own_kv is None else own_kv[0][0].shape[2]
@@ -275,13 +258,13 @@ class DecoderCache:
 
     def step(self, tokens: Tensor) -> tuple[int, list]:
         """For ``Decoder.forward`` of new tokens (N, L): the positions before them, and each
-        layer's pair of caches; the positions held then include the new ones."""
+        layer's pair of caches."""
         self.length += tokens.shape[1]
         return self.length - tokens.shape[1], self.layers
 
     def select(self, rows: Tensor) -> None:
-        """Keep the rows ``rows`` (N',) of every cache, in that order (repeats allowed); the
-        self-attention's with room for one more position."""
+        """Keep the rows ``rows`` (N',) of every cache, the self-attention's with room for one
+        more position."""
         for own, _ in self.layers if self.length else ():
             own.keys, own.values = _rows((own.keys, own.values), rows, room=own.length)
         kept = self.side.select(rows)
@@ -291,12 +274,7 @@ class DecoderCache:
 
 class IncrementalDecoder:
     """A :class:`DecoderState` that computes only the new position at each step, through the
-    model's own forward with a :class:`DecoderCache` (self-attention: every layer's keys and
-    values so far; encoder-decoder attention: the encoder output's, computed once).
-
-    ``src`` (N, S) int64; ``src_mask`` (N, 1, 1, S) defaults to the padding mask. The state starts
-    with one row per sentence; ``select`` may repeat, reorder and drop rows.
-    """
+    model's own forward with a :class:`DecoderCache`; arguments as :class:`RerunDecoder`'s."""
 
     side = SourceSide  # how rows find the encoder side: a copy for each row
     linear = None  # the projections' product (None: PyTorch's); an engine's decoder sets its own
@@ -316,8 +294,7 @@ class IncrementalDecoder:
         return self.model.encode(src, src_mask)
 
     def project_memory(self, memory: Tensor, linear=None) -> list[tuple[Tensor, Tensor]]:
-        """Every layer's encoder-decoder keys (N, h, S, d_k) and values (N, h, S, d_v) of the
-        memory (N, S, d_model), their products by ``linear`` (None: ``F.linear``)."""
+        """Every layer's encoder-decoder keys (N, h, S, d_k) and values (N, h, S, d_v)."""
         layers, linear = self.model.decoder.layers, linear or torch.nn.functional.linear
         return [layer.cross_attn.project_kv(memory, linear=linear) for layer in layers]
 
@@ -326,9 +303,8 @@ class IncrementalDecoder:
 
 
 def _rows(tensors: tuple[Tensor, ...], rows: Tensor, room: int | None = None):
-    """The rows ``rows`` of each tensor, in that order. With ``room`` t: of (N, h, ., d)
-    tensors, the first t positions, in new (N', h, t + 1, d) tensors whose last position the
-    next step fills, instead of appending: one copy, not two."""
+    """The rows ``rows`` of each tensor. With ``room`` t: of (N, h, ., d) tensors, the first t
+    positions, in new (N', h, t + 1, d) tensors whose last position the next step fills."""
     if room is not None:  # without a room a step did not fill
         tensors = tuple(tensor[:, :, :room] for tensor in tensors)
     # index_select, not tensor[rows]: the general indexing machinery is slower at copying whole
@@ -341,7 +317,7 @@ def _rows(tensors: tuple[Tensor, ...], rows: Tensor, room: int | None = None):
     return copies
 
 
-# %% book/translating.md:60 (cell 4)
+# %% book/translating.md:69 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's.
@@ -350,7 +326,8 @@ class SearchConfig:
         beam_size (int): the beams kept for each sentence; 1: greedy search.
         alpha (float): the length penalty's exponent (Wu et al., 2016); 0: no penalty.
         extra_length (int): an output may be this many tokens longer than its input.
-        batch_size (int): sentences searched together.
+        batch_size (int): sentences searched together (large batches spend less of the time in
+            the interpreter: see "Decoding against an inference engine").
 
     Raises:
         ConfigError: ``beam_size`` or ``batch_size`` below 1, negative ``alpha`` or ``extra_length``.
@@ -359,8 +336,6 @@ class SearchConfig:
     beam_size: int = 4
     alpha: float = 0.6
     extra_length: int = 50
-    # Large batches leave the interpreter between operators less of the time ("Decoding against
-    # an inference engine" records this default against CTranslate2's best batch).
     batch_size: int = 256
 
     def __post_init__(self):
@@ -369,28 +344,23 @@ class SearchConfig:
                 raise ConfigError(f"{name} must be at least {least}, got {getattr(self, name)}")
 
     def recorded(self) -> dict:
-        """The settings a model's files keep: ``beam_size``, ``alpha`` and ``extra_length``
-        (``SearchConfig(**recorded)`` reads them back, with the default ``batch_size``)."""
+        """The settings a model's files keep, which ``SearchConfig(**recorded)`` reads back."""
         return {name: getattr(self, name) for name in ("beam_size", "alpha", "extra_length")}
 
 
 GREEDY = SearchConfig(beam_size=1)
 
 
-# %% book/translating.md:116 (cell 6)
 def model_search(model) -> SearchConfig:
-    """The search :func:`translate` runs when it is given none: ``model.record.search``, the
-    model's own (``load_pretrained`` and ``load_translator`` record it from the model's files),
-    else §6.1's ``SearchConfig()``."""
+    """The search :func:`translate` runs when given none: ``model.record.search``, else §6.1's."""
     record = getattr(model, "record", None)  # a model built in code has none
     return record.search if record is not None else SearchConfig()
 
 
-# %% book/translating.md:162 (cell 9)
+# %% book/translating.md:139 (cell 7)
 class SentenceSide(SourceSide):
-    """The encoder side once per sentence, not once per row: the source mask ``mask`` (n, 1, 1,
-    S) and every layer's keys and values have a row per sentence, and a sentence's k rows read
-    them in place, as k queries of one attention, while the rows come grouped by sentence."""
+    """The encoder side once per sentence: the source mask ``mask`` (n, 1, 1, S) and every
+    layer's keys and values have a row per sentence, which its k rows read in place."""
 
     def __init__(self, mask: Tensor):
         super().__init__(mask)
@@ -418,14 +388,12 @@ class SentenceSide(SourceSide):
 
 
 class SentenceGroupedDecoder(IncrementalDecoder):
-    """:class:`IncrementalDecoder` with the encoder side kept once per sentence
-    (:class:`SentenceSide`). ``src`` (n, S) int64, one row per sentence at the start; ``select``
-    may repeat, reorder and drop rows; the state has N rows."""
+    """:class:`IncrementalDecoder` with the encoder side kept once per sentence."""
 
     side = SentenceSide
 
 
-# %% book/translating.md:246 (cell 13)
+# %% book/translating.md:217 (cell 11)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -435,10 +403,8 @@ from transformer_lib.tokenizer import BOS_ID, EOS_ID
 
 
 def default_decoder_state(model) -> Callable[..., DecoderState]:
-    """The Transformer's fastest :class:`DecoderState` for ``model``'s weights:
-    ``OneDNNDecoder`` for float32 weights on a CPU whose PyTorch has oneDNN, else
-    :class:`SentenceGroupedDecoder`."""
-    # Defined in a later chapter, on SentenceGroupedDecoder, in this module; as is oneDNN's check.
+    """The fastest :class:`DecoderState` for ``model``'s weights (see the chapter)."""
+    # OneDNNDecoder and its check come from a later chapter (this module's last cell).
     from transformer_lib.onednn import OneDNNError, require_onednn_weights
 
     try:
@@ -457,23 +423,19 @@ def translate(
     progress: bool = False,
     decoder_state: Callable[..., DecoderState] | None = None,
 ) -> list[str]:
-    """Translate ``sentences`` (detokenized text) with ``search``.
+    """Translate ``sentences`` (detokenized text) with ``search``, on the model's device.
 
-    The model stays on its device. An empty line translates to an empty line; a sentence longer
-    than the model's positions is cut to fit, with a warning. A source of n tokens gets at most
-    n + 1 + ``extra_length`` decoding steps (``</s>`` counted), never more than ``config.max_len``.
+    An empty line translates to an empty line; a sentence longer than the model's positions is
+    cut to fit, with a warning. A source of n tokens gets at most n + 1 + ``extra_length``
+    decoding steps (``</s>`` counted), never more than ``config.max_len``.
 
     Args:
         model: a :class:`~transformer_lib.model.Transformer`, or a model ``decoder_state`` drives.
         tokenizer: the :class:`~transformer_lib.tokenizer.BPETokenizer` of ``model``'s run.
-        sentences: the source sentences.
-        search: the search's settings; None: :func:`model_search`.
+        search: the search's settings; None: the model's own, else §6.1's.
         progress: show a tqdm bar over the batches.
         decoder_state: ``decoder_state(model, src (N, S))`` starts the searches'
-            :class:`DecoderState`; None: :func:`default_decoder_state`.
-
-    Returns:
-        One detokenized translation for each sentence, in their order.
+            :class:`DecoderState`; None: the fastest for the weights.
 
     Example:
         >>> from transformer_lib import load_pretrained, translate
@@ -506,11 +468,8 @@ def translate(
 
 
 def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=False) -> list[str]:
-    """The translations of ``sentences`` by ``search_batch(sources, search)`` (the token ids of
-    up to ``search.batch_size`` sentences, without ``</s>``, to output ids): empty lines stay
-    empty, a sentence longer than ``limit - 1`` tokens is cut to fit with a warning, and
-    sentences of similar length are searched together. ``translate`` and the CTranslate2
-    engine's share it."""
+    """The translations of ``sentences`` by ``search_batch(sources, search)``, token ids (without
+    ``</s>``) to output ids, on batches of similar lengths, under ``translate``'s rules."""
     encoded = tokenizer.encode_batch(list(sentences))
     for number, ids in enumerate(encoded):
         if len(ids) + 1 > limit:
@@ -531,7 +490,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:736 (cell 22)
+# %% book/inference_engine.md:752 (cell 22)
 from transformer_lib import onednn
 
 
