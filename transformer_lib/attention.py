@@ -19,7 +19,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
 
 def subsequent_mask(size: int, device: torch.device | None = None) -> Tensor:
     """The decoder's causal mask (§3.2.3), (1, 1, T, T) bool with T = ``size``: position i may
-    attend to positions j <= i. ``& padding_mask(tgt, pad_id)``: the decoder's (B, 1, T, T)."""
+    attend to positions j <= i."""
     causal = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (T, T)
     return causal[None, None]  # (1, 1, T, T)
 
@@ -40,13 +40,11 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, written out (§3.2.1, equation 1).
-
-    Returns the output (..., L_q, d_v) and the weights (..., L_q, L_k) of ``query`` (..., L_q,
-    d_k), ``key`` (..., L_k, d_k) and ``value`` (..., L_k, d_v). ``mask`` broadcasts to (...,
-    L_q, L_k), ``True`` = may attend; a query with no key to attend to gets zero weights and a
-    zero output. ``dropout_p`` applies whenever above 0; ``scale`` replaces 1/sqrt(d_k).
-    """
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, written out (§3.2.1, equation 1): the
+    output (..., L_q, d_v) and the weights (..., L_q, L_k) of ``query`` (..., L_q, d_k), ``key``
+    (..., L_k, d_k) and ``value`` (..., L_k, d_v). ``mask`` (``True`` = may attend) broadcasts to
+    (..., L_q, L_k); a query with no key to attend to gets zero weights and output. ``dropout_p``
+    applies whenever above 0; ``scale`` replaces 1/sqrt(d_k)."""
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = query @ key.transpose(-2, -1) * scale  # (..., L_q, L_k)
     if mask is not None:
@@ -59,11 +57,10 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:276 (cell 18)
+# %% book/attention.md:274 (cell 18)
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): Concat(head_1, ..., head_h) W^O, with head_i =
-    Attention(Q W_i^Q, K W_i^K, V W_i^V), through PyTorch's fused kernel unless the weights are
-    asked for.
+    Attention(Q W_i^Q, K W_i^K, V W_i^V), by PyTorch's fused kernel unless weights are asked for.
 
     Args:
         n_heads: h, which must divide ``d_model``; each head's values are d_model / h wide.
@@ -123,18 +120,21 @@ class MultiHeadAttention(nn.Module):
 
     def project_q(self, query: Tensor, linear=F.linear) -> Tensor:
         """The queries of ``query`` (B, L_q, d_model) by W^Q alone: (B, h, L_q, d_k)."""
-        e, bias = self.n_heads * self.d_k, self.in_proj.bias
-        return self.split_heads(linear(query, self.in_proj.weight[:e], _rows(bias, 0, e)), self.d_k)
+        return self._project(query, slice(0, self.n_heads * self.d_k), self.d_k, linear)
 
     def project_kv(
         self, key: Tensor, value: Tensor | None = None, linear=F.linear
     ) -> tuple[Tensor, Tensor]:
         """The keys and values of another sequence (``value`` defaults to ``key``) by W^K, W^V."""
-        value = key if value is None else value
-        e, weight, bias = self.n_heads * self.d_k, self.in_proj.weight, self.in_proj.bias
-        k = self.split_heads(linear(key, weight[e : 2 * e], _rows(bias, e, 2 * e)), self.d_k)
-        v = self.split_heads(linear(value, weight[2 * e :], _rows(bias, 2 * e, None)), self.d_v)
+        e = self.n_heads * self.d_k  # rows of W^Q and of W^K
+        k = self._project(key, slice(e, 2 * e), self.d_k, linear)  # (B, h, L_k, d_k)
+        v = self._project(key if value is None else value, slice(2 * e, None), self.d_v, linear)
         return k, v  # (B, h, L_k, d_k), (B, h, L_k, d_v)
+
+    def _project(self, x: Tensor, rows: slice, width: int, linear=F.linear) -> Tensor:
+        """``x`` by some ``rows`` of ``in_proj`` (W^Q, W^K or W^V), in heads ``width`` wide."""
+        bias = None if self.in_proj.bias is None else self.in_proj.bias[rows]
+        return self.split_heads(linear(x, self.in_proj.weight[rows], bias), width)
 
     def forward(
         self,
@@ -151,10 +151,9 @@ class MultiHeadAttention(nn.Module):
         Args:
             mask: bool, broadcasts to (B, h, L_q, L_k), ``True`` = may attend; None: every key.
             need_weights: take the written-out path and keep the weights in ``self.weights``.
-            cache: a decoder's ``transformer_lib.decoding.KeyValueCache``: in self-attention the
-                earlier positions' keys and values, which ``query``'s extend; in encoder-decoder
-                attention the memory's, projected once, which replace ``key``, ``value`` and
-                ``mask``. Its ``linear`` computes the projections (None: PyTorch's).
+            cache: a decoder's ``KeyValueCache`` (chapter Decoding): the earlier positions' keys
+                and values in self-attention, the memory's, projected once, in encoder-decoder
+                attention; its ``linear`` computes the projections (None: PyTorch's).
         """
         linear = F.linear if cache is None or cache.linear is None else cache.linear
         if query is key and key is value:  # self-attention: one matrix multiplication
@@ -173,8 +172,7 @@ class MultiHeadAttention(nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights=False
     ) -> Tensor:
         """The heads' attention of projected q, k, v (B, h, L, .), then Concat and W^O: (B, L_q,
-        d_model). A ``BlockMask`` (packed sentences, ``packing="flex"``) runs ``flex_attention``,
-        which skips the blocks it leaves out and has no attention dropout."""
+        d_model); a ``BlockMask`` (packed sentences) runs ``flex_attention``: no dropout there."""
         dropout_p = self.dropout if self.training else 0.0
         if isinstance(mask, BlockMask):
             if dropout_p > 0.0 or need_weights:
@@ -187,11 +185,6 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scale
             )
         return self.merge_heads(out)  # (B, L_q, d_model)
-
-
-def _rows(bias: Tensor | None, start: int, stop: int | None) -> Tensor | None:
-    """The rows ``start:stop`` of an ``in_proj`` bias (None for a layer without biases)."""
-    return None if bias is None else bias[start:stop]
 
 
 __all__ = ["padding_mask", "subsequent_mask", "scaled_dot_product_attention", "MultiHeadAttention"]

@@ -44,10 +44,9 @@ def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
     """One :class:`Batch` (§5.1) of encoded pairs (ids without special tokens), padded."""
     if not pairs:
         raise DataError("cannot make a batch of no sentence pairs")
-    n_src = np.array([len(s) for s, _ in pairs]) + 1  # + </s>
-    n_tgt = np.array([len(t) for _, t in pairs]) + 1  # + <s> (input) or </s> (output)
-    src = np.full((len(pairs), n_src.max()), PAD_ID, dtype=np.int64)  # (B, S)
-    tgt_in = np.full((len(pairs), n_tgt.max()), PAD_ID, dtype=np.int64)  # (B, T)
+    n_src, n_tgt = (1 + max(map(len, side)) for side in zip(*pairs, strict=True))  # + </s>, <s>
+    src = np.full((len(pairs), n_src), PAD_ID, dtype=np.int64)  # (B, S)
+    tgt_in = np.full((len(pairs), n_tgt), PAD_ID, dtype=np.int64)  # (B, T)
     tgt_out = np.full_like(tgt_in, PAD_ID)  # (B, T)
     for row, (source, target) in enumerate(pairs):
         src[row, : len(source)] = source
@@ -64,20 +63,17 @@ def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
     return Batch(src_t, tgt_in_t, tgt_out_t, padding_mask(src_t, PAD_ID), tgt_mask)
 
 
-# %% book/data.md:432 (cell 31)
+# %% book/data.md:431 (cell 31)
 def fill_batches(
     lengths: Sequence[tuple[int, int]],
     max_tokens: int,
     rng: np.random.Generator,
     by_length: bool = True,
 ) -> list[list[int]]:
-    """The pair indices of every batch of one epoch, in the order they were filled (§5.1).
-
-    ``lengths`` holds each pair's padded lengths ``(S_i, T_i)`` (with ``</s>`` / ``<s>``); ``rng``
-    breaks the ties of the sort; ``by_length=False`` fills in random order (for comparison only).
-    """
-    n_src = np.array([s for s, _ in lengths], dtype=np.int64)
-    n_tgt = np.array([t for _, t in lengths], dtype=np.int64)
+    """The pair indices of every batch of one epoch, in the order they were filled (§5.1), of
+    pairs of padded lengths ``lengths`` ``(S_i, T_i)``; ``rng`` breaks the sort's ties;
+    ``by_length=False`` fills in random order (for comparison only)."""
+    n_src, n_tgt = np.array(lengths, dtype=np.int64).reshape(-1, 2).T  # (n,) each
     ties = rng.random(len(lengths))
     # The budget binds on a pair's longer side: sort by it, then by which side is the longer one,
     # so that neighbours have similar widths on both sides (last key first for lexsort).
@@ -108,8 +104,7 @@ def plan_batches(
     epoch: int = 0,
     by_length: bool = True,
 ) -> list[list[int]]:
-    """The batches of :func:`fill_batches` in random order (§5.1): a pure function of its
-    arguments."""
+    """The batches of :func:`fill_batches` in random order (§5.1), a pure function."""
     check_plan(lengths, max_tokens)  # refuses what cannot be planned, saying why
     rng = np.random.default_rng([seed, epoch])
     batches = fill_batches(lengths, max_tokens, rng, by_length)

@@ -38,9 +38,7 @@ class TransformerConfig:
         feed_forward (bool): False: layers without the FFN sub-layer (not the paper's model).
 
     Raises:
-        ConfigError: when made, if it cannot build a model: a size or ``max_len`` below 1,
-            ``n_heads`` not dividing ``d_model``, ``key_size`` below 1, an unknown ``positional``,
-            ``dropout`` outside [0, 1), or a ``pad_id`` outside a vocabulary.
+        ConfigError: when made, if it cannot build a model, saying which field is wrong and why.
     """
 
     src_vocab_size: int
@@ -88,7 +86,7 @@ class TransformerConfig:
         return cls(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **{**sizes, **changes})
 
 
-# %% book/model.md:207 (cell 11)
+# %% book/model.md:205 (cell 11)
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (§3.3) at every position: (..., d_model) -> same."""
 
@@ -101,7 +99,7 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear_2(torch.relu(self.linear_1(x)))
 
 
-# %% book/model.md:250 (cell 15)
+# %% book/model.md:248 (cell 15)
 class Embeddings(nn.Module):
     """Token embeddings multiplied by sqrt(d_model) (§3.4). (B, L) int64 -> (B, L, d_model)."""
 
@@ -115,7 +113,7 @@ class Embeddings(nn.Module):
         return self.lookup(tokens) * self.scale
 
 
-# %% book/model.md:291 (cell 19)
+# %% book/model.md:289 (cell 19)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5), float32."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
@@ -126,7 +124,7 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-# %% book/model.md:313 (cell 21)
+# %% book/model.md:311 (cell 21)
 class PositionalEncoding(nn.Module):
     """Positions added to (B, L, d_model) embeddings, then dropout; ``positions`` (B, L): packed."""
 
@@ -155,7 +153,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:440 (cell 29)
+# %% book/model.md:438 (cell 29)
 class EncoderLayer(nn.Module):
     """Self-attention, then the FFN, each a residual sub-layer (§3.1): (B, S, d_model) -> same."""
 
@@ -173,9 +171,7 @@ class EncoderLayer(nn.Module):
     def connect(self, x: Tensor, self_attention, feed_forward) -> Tensor:
         """The layer's wiring (§3.1) around two sub-layers given as functions (an engine's)."""
         x = residual(self, 0, x, self_attention)
-        if self.feed_forward is None:  # the ablation without the FFN sub-layer
-            return x
-        return residual(self, 1, x, feed_forward)
+        return residual(self, 1, x, feed_forward if self.feed_forward is not None else None)
 
 
 class DecoderLayer(nn.Module):
@@ -197,19 +193,19 @@ class DecoderLayer(nn.Module):
         x = residual(
             self, 1, x, lambda h: self.cross_attn(h, memory, memory, src_mask, need_weights, source)
         )
-        if self.feed_forward is None:  # the ablation without the FFN sub-layer
-            return x
         return residual(self, 2, x, self.feed_forward)
 
 
 def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     """Sub-layer ``i`` of ``layer`` with its residual connection, dropout and LayerNorm (§3.1)."""
+    if sublayer is None:  # the ablation without the FFN sub-layer
+        return x
     if layer.norm_first:
         return x + layer.dropout(sublayer(layer.norms[i](x)))
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:534 (cell 33)
+# %% book/model.md:530 (cell 33)
 class Stack(nn.Module):
     """Embeddings, positions, N layers of class ``layer``, pre-LN a last LayerNorm (§3.1)."""
 
@@ -275,8 +271,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = c = config
         tgt_embeddings = Embeddings(c.tgt_vocab_size, c.d_model)
-        src_embeddings = tgt_embeddings if c.shared_vocabulary else None
-        src_embeddings = src_embeddings or Embeddings(c.src_vocab_size, c.d_model)
+        shared = c.shared_vocabulary  # §3.4: one vocabulary, one embedding for both sides
+        src_embeddings = tgt_embeddings if shared else Embeddings(c.src_vocab_size, c.d_model)
         self.encoder = Encoder(c, src_embeddings)
         self.decoder = Decoder(c, tgt_embeddings)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # pre-softmax
@@ -294,17 +290,15 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """The memory (B, S, d_model) of source ids ``src`` (B, S), through the encoder (§3.1);
         ``src_mask`` (B, 1, 1, S), ``True`` = a real token, defaults to the padding mask."""
-        if src_mask is None:
-            src_mask = padding_mask(src, self.config.pad_id)
-        return self.encoder(src, src_mask)
+        mask = padding_mask(src, self.config.pad_id) if src_mask is None else src_mask
+        return self.encoder(src, mask)
 
     def decode(
         self, tgt, memory, src_mask, tgt_mask=None, need_weights=False, cache=None
     ) -> Tensor:
         """Decoder states (B, T, d_model), before ``generator``, of target ids ``tgt`` (B, T),
-        given ``memory`` and the ``src_mask`` of :meth:`encode` (the memory holds no ids to find
-        padding in). ``tgt_mask`` defaults to the padding and causal masks; ``need_weights``
-        keeps each attention's weights; a ``DecoderCache`` decodes one position at a time."""
+        given ``memory`` and the ``src_mask`` of :meth:`encode`. ``tgt_mask`` defaults to the
+        padding and causal masks; a ``DecoderCache`` decodes one position at a time."""
         if tgt_mask is None and cache is None:
             causal = subsequent_mask(tgt.shape[1], tgt.device)
             tgt_mask = padding_mask(tgt, self.config.pad_id) & causal
@@ -313,13 +307,11 @@ class Transformer(nn.Module):
     def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> Tensor:
         """Logits (B, T, V_tgt) of the next target token at every position: all of Figure 1.
         ``tgt`` is the decoder input, ``<s> y_1 ... y_m``; the masks as in encode and decode."""
-        if src_mask is None:
-            src_mask = padding_mask(src, self.config.pad_id)
-        memory = self.encode(src, src_mask)
-        return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T, V_tgt)
+        src_mask = padding_mask(src, self.config.pad_id) if src_mask is None else src_mask
+        return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
 
 
-# %% book/command_line.md:891 (cell 28)
+# %% book/command_line.md:819 (cell 28)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 

@@ -61,11 +61,10 @@ class TrainingConfig:
         seed (int): seeds Python, NumPy and PyTorch (plus the rank, for dropout).
         bf16 (bool): bf16 autocast on CUDA; the CPU always trains in float32.
         products (str | None): ``"onednn"``: a CPU's linear layers by oneDNN (chapter Performance).
-        compile (str | None): a ``torch.compile`` mode for the updates (``"default"``,
-            ``"max-autotune-no-cudagraphs"``, ``"reduce-overhead"`` with a ``length_bucket``):
-            the same arithmetic to rounding, dropout masks of its own; None: eager.
-        packing (str | None): ``"masks"`` or ``"flex"``: a batch's sentences end to end, no
-            padding, the same loss (chapter The training loop); None: padded batches.
+        compile (str | None): a ``torch.compile`` mode for the updates (same arithmetic to
+            rounding; ``"reduce-overhead"`` needs a ``length_bucket``); None: eager.
+        packing (str | None): ``"masks"`` or ``"flex"``: sentences end to end, no padding, the
+            same loss (chapter The training loop); None: padded batches.
         length_bucket (int | None): packed rows rounded up to a multiple: few shapes to compile.
         fused_adam (bool): Adam's update in one fused kernel; the same update to rounding.
     """
@@ -109,15 +108,14 @@ class TrainingConfig:
             )
 
 
-# Settings that may change when a run is resumed: how far it goes, how it reports, and how its
-# updates are computed (compiled, packed, fused: the kernels change, not the recipe).
+# Settings a resumed run may change: its length, its reports, its kernels; never its recipe.
 RESUMABLE_CHANGES = frozenset(
     {"max_steps", "log_every", "checkpoint_every", "keep_checkpoints", "compile"}
     | {"packing", "length_bucket", "fused_adam"}
 )
 
 
-# %% book/training.md:412 (cell 23)
+# %% book/training.md:410 (cell 23)
 def backward_batch(
     network: nn.Module, batch, divisor: float, config: TrainingConfig, pad_id: int, autocast=None
 ) -> tuple[float, float]:
