@@ -187,27 +187,23 @@ def relative_positions_further(shift_matrix) -> str:
 
 def pre_ln_against_torch() -> str:
     """The model, exercise 4: a pre-LN model agrees with its pre-LN copy, not the post-LN one."""
-
-    def transformer_into_torch_pre_ln(ours: Transformer) -> nn.Transformer:
-        theirs = transformer_into_torch(ours)  # the weights of every layer
-        for layer in [*theirs.encoder.layers, *theirs.decoder.layers]:
-            layer.norm_first = True  # what nn.Transformer(norm_first=True) sets
-        theirs.encoder.norm = copy.deepcopy(ours.encoder.norm)  # pre-LN closes each stack
-        theirs.decoder.norm = copy.deepcopy(ours.decoder.norm)
-        return theirs
-
     torch.manual_seed(0)
     sizes = dict(d_model=32, d_ff=64, n_heads=4, n_layers=2, dropout=0.0, norm_first=True)
     pre_ln = Transformer(TransformerConfig(50, 50, **sizes)).double().eval()
+    post_ln_copy = transformer_into_torch(pre_ln).eval()  # the weights of every layer
+    pre_ln_copy = copy.deepcopy(post_ln_copy)  # the same weights, then pre-LN's two changes
+    for layer in [*pre_ln_copy.encoder.layers, *pre_ln_copy.decoder.layers]:
+        layer.norm_first = True  # what nn.Transformer(norm_first=True) sets
+    pre_ln_copy.encoder.norm = copy.deepcopy(pre_ln.encoder.norm)  # pre-LN closes each stack
+    pre_ln_copy.decoder.norm = copy.deepcopy(pre_ln.decoder.norm)
     src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])  # (B, S), 0 = padding
     tgt = torch.tensor([[1, 11, 12, 13], [1, 14, 0, 0]])  # (B, T)
     src_mask, tgt_mask = padding_mask(src, 0), padding_mask(tgt, 0) & subsequent_mask(4)
     mine = pre_ln.decode(tgt, pre_ln.encode(src, src_mask), src_mask, tgt_mask)
     lines = []
-    for copy_of, agrees in [(transformer_into_torch_pre_ln, True), (transformer_into_torch, False)]:
-        theirs = copy_of(pre_ln).eval()
+    for name, theirs, agrees in [("pre-LN", pre_ln_copy, True), ("post-LN", post_ln_copy, False)]:
         reference = theirs(*embedded(pre_ln, src, tgt), **torch_masks(src_mask, tgt_mask))
         difference = (mine - reference).abs().max().item()
         assert difference < 1e-10 if agrees else difference > 1e-3
-        lines.append(f"{copy_of.__name__}: largest difference {difference:.1e}")
+        lines.append(f"the {name} copy: largest difference {difference:.1e}")
     return "\n".join(lines)

@@ -4,8 +4,9 @@
 
 # %% book/translator.md:181 (cell 4)
 """How the translator page works, read from its own files (the chapter "Translate in your
-browser"): its graphs' interface, the cache under beam search, tokens as bytes, the heatmap."""
+browser")."""
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,9 @@ import numpy as np
 import torch
 
 from transformer_lib.book.diagrams import FILLS, Canvas
+from transformer_lib.book.significance import PairedBleu, paired_bleu, read_translations
+from transformer_lib.book.tables import code, table
+from transformer_lib.data import load_multi30k
 
 # The axes of every array the graphs take or give; batch, source and past are the graphs' own
 # names for the sizes that vary, the rest are fixed.
@@ -36,10 +40,8 @@ AXES = {
 
 def fixed_sizes(config) -> dict[str, int]:
     """The symbols of the fixed axes and their sizes in a model of ``config``."""
-    names = {"N": "n_layers", "h": "n_heads", "d_k": "d_k", "d_v": "d_v", "d_model": "d_model"}
-    return {symbol: getattr(config, name) for symbol, name in names.items()} | {
-        "V": config.tgt_vocab_size
-    }
+    names = {"N": "n_layers", "h": "n_heads", "V": "tgt_vocab_size"}  # the others: their own
+    return {s: getattr(config, names.get(s, s)) for s in ("N", "h", "d_k", "d_v", "d_model", "V")}
 
 
 def graph_interface(path: str | Path, config) -> list[dict]:
@@ -61,23 +63,21 @@ def graph_interface(path: str | Path, config) -> list[dict]:
     return rows
 
 
-def interface_table(interfaces: dict[str, list[dict]], script: str) -> list[str]:
-    """Markdown lines: each graph's :func:`graph_interface` and whether ``script`` names it."""
+def interface_table(interfaces: dict[str, list[dict]], script: str):
+    """A Markdown table: each graph's :func:`graph_interface` and whether ``script`` names it."""
 
     def shape(sizes) -> str:  # an expression such as "past + 1" in parentheses
         return " × ".join(f"({size})" if " " in str(size) else str(size) for size in sizes)
 
-    lines = ["| name | type | axes | in the file | in model.js |", "|---|---|---|---|---|"]
-    for graph, rows in interfaces.items():
+    rows = []
+    for graph, found in interfaces.items():
         for direction, heading in (("in", "inputs"), ("out", "outputs")):
-            lines.append(f"| **{graph}**, {heading} | | | | |")
-            for row in (row for row in rows if row["direction"] == direction):
+            rows.append((f"**{graph}**, {heading}", "", "", "", ""))
+            for row in (row for row in found if row["direction"] == direction):
                 used = "yes" if re.search(rf"\b{row['name']}\b", script) else ""
-                lines.append(
-                    f"| `{row['name']}` | {row['dtype']} | {shape(row['axes'])} | "
-                    f"{shape(row['dims'])} | {used} |"
-                )
-    return lines
+                sizes = shape(row["axes"]), shape(row["dims"])
+                rows.append((code(row["name"]), row["dtype"], *sizes, used))
+    return table(["name", "type", "axes", "in the file", "in model.js"], rows)
 
 
 # %% book/translator.md:335 (cell 10)
@@ -119,22 +119,20 @@ def page_pass(graphs, src_ids: list[int], fed: list[int]) -> tuple[object, np.nd
     return state, np.stack(rows)
 
 
-def steps_table(record: RecordingState, label, steps) -> list[str]:
-    """Markdown lines, one a step of ``steps`` (0-based, or a note for steps left out)."""
-    lines = ["| step | fed, one a row | positions in → out | then select(rows) |"]
-    lines.append("|---:|---|---|---|")
+def steps_table(record: RecordingState, label, steps):
+    """A Markdown table, a row a step of ``steps`` (0-based, or a note for steps left out)."""
+    rows = []
     for s in steps:
         if isinstance(s, str):
-            lines.append(f"| ⋮ | {s} | | |")
+            rows.append(("⋮", s, "", ""))
             continue
         tokens, before, after = record.steps[s]
         kept = f"`{record.selects[s]}`" if s < len(record.selects) else "the search ends"
-        fed = " · ".join(map(label, tokens))
-        lines.append(f"| {s + 1} | {fed} | {before} → {after} | {kept} |")
-    return lines
+        rows.append((s + 1, " · ".join(map(label, tokens)), f"{before} → {after}", kept))
+    return table(["step", "fed, one a row", "positions in → out", "then select(rows)"], rows, "r")
 
 
-# %% book/translator.md:414 (cell 13)
+# %% book/translator.md:412 (cell 13)
 def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int) -> str:
     """One round trip of beam search's cache around step t, drawn as SVG (see the caption)."""
     c, cell, pitch, top = Canvas(), min(7, 210 // (t + 1)), 44, 34  # a row fits in 210 px
@@ -159,7 +157,7 @@ def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int)
     return c.svg(700, bottom + 6)
 
 
-# %% book/translator.md:516 (cell 18)
+# %% book/translator.md:514 (cell 18)
 def byte_values() -> dict[str, int]:
     """The byte-level alphabet, character -> byte: GPT-2's map of bytes to characters, inverted."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
@@ -167,13 +165,7 @@ def byte_values() -> dict[str, int]:
     return {chr(b): b for b in printable} | {chr(0x100 + n): b for n, b in enumerate(others)}
 
 
-# %% book/translator.md:652 (cell 25)
-import json
-
-from transformer_lib.book.significance import PairedBleu, paired_bleu, read_translations
-from transformer_lib.data import load_multi30k
-
-
+# %% book/translator.md:650 (cell 25)
 def measured_models(outdated: dict[str, list[str]]) -> str:
     """What the recorded measurements were made on, in words, given each model's changed inputs."""
     changed = [f"{', '.join(inputs)} of {name}" for name, inputs in outdated.items() if inputs]
@@ -186,8 +178,7 @@ def measured_models(outdated: dict[str, list[str]]) -> str:
 
 
 def eight_bit_against_pytorch(recorded: Path) -> dict[tuple[str, str], PairedBleu]:
-    """sacreBLEU's paired bootstrap test of the 8-bit graphs against PyTorch, by model and search,
-    on the translations a record of ``tools/translator_report.py`` keeps (none: empty)."""
+    """The paired test of 8 bits against PyTorch, by model and search, on ``recorded``'s translations."""
     manifest = json.loads((recorded / "manifest.json").read_text())
     stored, found = manifest.get("translations", {}), {}
     for name, files in stored.get("files", {}).items():
