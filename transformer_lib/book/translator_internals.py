@@ -3,8 +3,7 @@
 
 
 # %% book/translator.md:181 (cell 4)
-"""How the translator page works, read from its own files (the chapter "Translate in your
-browser")."""
+"""How the translator page works, read from its own files ("Translate in your browser")."""
 
 import json
 import re
@@ -80,7 +79,7 @@ def interface_table(interfaces: dict[str, list[dict]], script: str):
     return table(["name", "type", "axes", "in the file", "in model.js"], rows)
 
 
-# %% book/translator.md:335 (cell 10)
+# %% book/translator.md:334 (cell 10)
 @dataclass
 class RecordingState:
     """A decoder state that passes every call on to ``state`` (an ``OnnxDecoder``) and records it."""
@@ -132,7 +131,7 @@ def steps_table(record: RecordingState, label, steps):
     return table(["step", "fed, one a row", "positions in → out", "then select(rows)"], rows, "r")
 
 
-# %% book/translator.md:412 (cell 13)
+# %% book/translator.md:411 (cell 13)
 def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int) -> str:
     """One round trip of beam search's cache around step t, drawn as SVG (see the caption)."""
     c, cell, pitch, top = Canvas(), min(7, 210 // (t + 1)), 44, 34  # a row fits in 210 px
@@ -157,7 +156,7 @@ def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int)
     return c.svg(700, bottom + 6)
 
 
-# %% book/translator.md:514 (cell 18)
+# %% book/translator.md:513 (cell 18)
 def byte_values() -> dict[str, int]:
     """The byte-level alphabet, character -> byte: GPT-2's map of bytes to characters, inverted."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
@@ -165,7 +164,7 @@ def byte_values() -> dict[str, int]:
     return {chr(b): b for b in printable} | {chr(0x100 + n): b for n, b in enumerate(others)}
 
 
-# %% book/translator.md:650 (cell 25)
+# %% book/translator.md:649 (cell 25)
 def measured_models(outdated: dict[str, list[str]]) -> str:
     """What the recorded measurements were made on, in words, given each model's changed inputs."""
     changed = [f"{', '.join(inputs)} of {name}" for name, inputs in outdated.items() if inputs]
