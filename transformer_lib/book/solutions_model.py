@@ -60,12 +60,11 @@ def where_attention_stops_being_cheaper(four_layers, count_flops, kernel: int, r
             costs = count_flops(layers["self-attention"], x) >= count_flops(layers[rival], x)
             low, top = (low, middle) if costs else (middle + 1, top)
         crossings[rival] = low
-    assert crossings["recurrent"] == width
-    assert crossings["convolutional"] == math.ceil(kernel * width / 2)
+    assert crossings == {"recurrent": width, "convolutional": math.ceil(kernel * width / 2)}
     return f"d = {width}: self-attention is no longer cheaper from n = {crossings}"
 
 
-# %% book/solutions.md:136 (cell 4)
+# %% book/solutions.md:135 (cell 4)
 def additive_attention(query, key, value, w_query, w_key, w, mask=None):
     """softmax(w^T tanh(q W_q + k W_k)) V (§3.2.1). w_query, w_key: (d_k, d_a); w: (d_a,)."""
     hidden = torch.tanh((query @ w_query)[..., :, None, :] + (key @ w_key)[..., None, :, :])
@@ -139,7 +138,7 @@ def big_figure_2() -> str:
     return drawing
 
 
-# %% book/solutions.md:239 (cell 6)
+# %% book/solutions.md:238 (cell 6)
 def big_pre_ln_figure_1() -> str:
     """The model, exercise 1: Figure 1 of the big model with pre-LN layers, checked; the SVG."""
     with torch.device("meta"):
@@ -180,8 +179,7 @@ def relative_positions_further(shift_matrix) -> str:
         lines.append(f"offset {k:3d}: largest error {error:.1e}")
     for j, k in [(3, 4), (50, 250)]:
         assert torch.allclose(shift_matrix(j, 512) @ shift_matrix(k, 512), shift_matrix(j + k, 512))
-    identity = torch.eye(512, dtype=torch.float64)
-    assert torch.allclose(shift_matrix(42, 512) @ shift_matrix(-42, 512), identity)
+    assert torch.allclose(shift_matrix(42, 512) @ shift_matrix(-42, 512), torch.eye(512).double())
     return "\n".join(lines + ["M_j M_k = M_(j+k) and M_k M_(-k) = I hold"])
 
 
