@@ -15,8 +15,7 @@ EOS_ID = 2  # </s>: ends every sentence, source and target
 UNK_ID = 3  # <unk>: reserved; byte-level BPE can encode any text without it
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # in the order of their ids
 VOCAB_SIZE = 8000  # the knee of this chapter's vocabulary sweep on Multi30k, measured below
-# Pieces of the byte-level alphabet: every text encodes, so no learned symbol is needed for it.
-BYTE_ALPHABET = pre_tokenizers.ByteLevel.alphabet()
+BYTE_ALPHABET = pre_tokenizers.ByteLevel.alphabet()  # the 256 byte symbols: any text encodes
 
 
 def learn_bpe(
