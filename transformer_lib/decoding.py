@@ -490,7 +490,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:736 (cell 22)
+# %% book/inference_engine.md:734 (cell 22)
 from transformer_lib import onednn
 
 

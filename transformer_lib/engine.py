@@ -43,10 +43,10 @@ def _array(tensor: torch.Tensor):  # float32 NumPy, as the specification holds i
     return tensor.detach().to("cpu", torch.float32).numpy().copy()
 
 
-def _linear(spec, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-    spec.weight = _array(weight)  # (out, in): nn.Linear's layout is CTranslate2's
-    if bias is not None:
-        spec.bias = _array(bias)
+def _linear(spec, module: torch.nn.Linear, rows: slice = slice(None)) -> None:
+    spec.weight = _array(module.weight[rows])  # (out, in): nn.Linear's layout is CTranslate2's
+    if module.bias is not None:
+        spec.bias = _array(module.bias[rows])
 
 
 def _layer_norm(spec, norm: torch.nn.LayerNorm) -> None:
@@ -110,22 +110,20 @@ def ctranslate2_spec(model, tokenizer):
         if c.norm_first:  # pre-LN stacks end with a LayerNorm of their own
             _layer_norm(side.layer_norm, stack.norm)
         for layer_spec, layer in zip(side.layer, stack.layers, strict=True):
-            own = layer.self_attn  # W^Q, W^K, W^V in one matrix, then W^O
-            _linear(layer_spec.self_attention.linear[0], own.in_proj.weight, own.in_proj.bias)
-            _linear(layer_spec.self_attention.linear[1], own.out_proj.weight, own.out_proj.bias)
-            _layer_norm(layer_spec.self_attention.layer_norm, layer.norms[0])
+            attention = layer_spec.self_attention  # W^Q, W^K, W^V in one matrix, then W^O
+            _linear(attention.linear[0], layer.self_attn.in_proj)
+            _linear(attention.linear[1], layer.self_attn.out_proj)
+            _layer_norm(attention.layer_norm, layer.norms[0])
             if side is spec.decoder:  # W^Q alone, then W^K and W^V together, then W^O
-                cross = layer.cross_attn
-                weight, bias = cross.in_proj.weight, cross.in_proj.bias
-                _linear(layer_spec.attention.linear[0], weight[:d], bias[:d])
-                _linear(layer_spec.attention.linear[1], weight[d:], bias[d:])
-                _linear(layer_spec.attention.linear[2], cross.out_proj.weight, cross.out_proj.bias)
-                _layer_norm(layer_spec.attention.layer_norm, layer.norms[1])
-            ffn = layer.feed_forward
-            _linear(layer_spec.ffn.linear_0, ffn.linear_1.weight, ffn.linear_1.bias)
-            _linear(layer_spec.ffn.linear_1, ffn.linear_2.weight, ffn.linear_2.bias)
+                cross, attention = layer.cross_attn, layer_spec.attention
+                _linear(attention.linear[0], cross.in_proj, slice(d))
+                _linear(attention.linear[1], cross.in_proj, slice(d, None))
+                _linear(attention.linear[2], cross.out_proj)
+                _layer_norm(attention.layer_norm, layer.norms[1])
+            _linear(layer_spec.ffn.linear_0, layer.feed_forward.linear_1)
+            _linear(layer_spec.ffn.linear_1, layer.feed_forward.linear_2)
             _layer_norm(layer_spec.ffn.layer_norm, layer.norms[-1])
-    _linear(spec.decoder.projection, model.generator.weight)  # tied or not, no bias (§3.4)
+    _linear(spec.decoder.projection, model.generator)  # tied or not, no bias (§3.4)
     pieces = vocabulary(tokenizer)
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
@@ -150,7 +148,7 @@ def convert_to_ctranslate2(
     return folder
 
 
-# %% book/inference_engine.md:388 (cell 12)
+# %% book/inference_engine.md:386 (cell 12)
 class CTranslate2Translator:
     """Our model run by CTranslate2, by the rules of the library's ``translate``."""
 

@@ -92,7 +92,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:790 (cell 24)
+# %% book/inference_engine.md:788 (cell 24)
 import weakref
 from functools import partial
 
