@@ -179,10 +179,8 @@ from transformer_lib.attention import padding_mask, subsequent_mask
 
 
 class RerunDecoder:
-    """A :class:`DecoderState` that runs the whole decoder again on the prefix at every step.
-
-    ``src`` (N, S) int64; ``src_mask`` (N, 1, 1, S) defaults to the padding mask.
-    """
+    """A :class:`DecoderState` that runs the whole decoder again on the prefix at every step;
+    ``src`` (N, S) int64, ``src_mask`` (N, 1, 1, S) defaults to the padding mask."""
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
@@ -201,7 +199,7 @@ class RerunDecoder:
         self.src_mask = self.src_mask[rows]
 
 
-# %% book/decoding.md:318 (cell 8)
+# %% book/decoding.md:316 (cell 8)
 class KeyValueCache:
     """One attention's keys (B, h, t, d_k) and values (B, h, t, d_v) between a decoder's steps,
     which ``MultiHeadAttention.forward(..., cache=)`` reads and extends; ``linear(x, weight,
@@ -393,7 +391,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:217 (cell 11)
+# %% book/translating.md:215 (cell 11)
 import warnings
 from collections.abc import Callable, Sequence
 
