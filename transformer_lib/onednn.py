@@ -144,42 +144,33 @@ def require_onednn_weights(model) -> None:
         )
 
 
-def onednn_feed_forward(network, h: Tensor, linear=onednn_linear) -> Tensor:
-    """FFN(h) = max(0, h W_1 + b_1) W_2 + b_2 (§3.3), the ReLU fused into the first product."""
-    hidden = linear(h, network.linear_1.weight, network.linear_1.bias, relu=True)
-    return linear(hidden, network.linear_2.weight, network.linear_2.bias)
+def encode_in_groups(encoder, src: Tensor, mask: Tensor, group: int, linear) -> Tensor:
+    """``Encoder.forward`` of ``src`` (n, S) under ``mask`` (n, 1, 1, S), ``group`` sentences at
+    a time, each group cut to its longest, every product by ``linear``: (n, S, d_model)."""
 
-
-def onednn_encoder(encoder, src: Tensor, mask: Tensor, linear=onednn_linear) -> Tensor:
-    """``Encoder.forward`` of ``src`` (g, S) under ``mask`` (g, 1, 1, S), products by ``linear``."""
-
-    def attention(h: Tensor, a) -> Tensor:
+    def attention(a, mask: Tensor, h: Tensor) -> Tensor:
         q, k, v = a.project_qkv(h, linear)  # (g, h, S, d_k), (..), (g, h, S, d_v)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=a.scale)
         return a.merge_heads(out, linear)  # (g, S, d_model)
 
-    x = encoder.positions(encoder.embeddings(src))
-    for layer in encoder.layers:  # the layer's wiring, our sub-layers
-        x = layer.connect(
-            x,
-            lambda h, a=layer.self_attn: attention(h, a),
-            lambda h, f=layer.feed_forward: onednn_feed_forward(f, h, linear),
-        )  # (g, S, d_model)
-    return encoder.norm(x)
+    def feed_forward(f, h: Tensor) -> Tensor:  # FFN (§3.3), the ReLU fused into the first product
+        hidden = linear(h, f.linear_1.weight, f.linear_1.bias, relu=True)
+        return linear(hidden, f.linear_2.weight, f.linear_2.bias)
 
-
-def encode_in_groups(
-    encoder, src: Tensor, mask: Tensor, group: int, linear=onednn_linear
-) -> Tensor:
-    """The memory (n, S, d_model) of ``src`` (n, S), ``group`` sentences at a time."""
     memory = None
     for start in range(0, len(src), group):
         rows = slice(start, start + group)
         width = int(mask[rows].flatten(0, -2).any(0).nonzero().max()) + 1  # then padding only
-        part = onednn_encoder(encoder, src[rows, :width], mask[rows, ..., :width], linear)
+        x = encoder.positions(encoder.embeddings(src[rows, :width]))
+        for layer in encoder.layers:  # the layer's wiring, our sub-layers
+            x = layer.connect(
+                x,
+                partial(attention, layer.self_attn, mask[rows, ..., :width]),
+                partial(feed_forward, layer.feed_forward),
+            )  # (g, S, d_model)
         if memory is None:
-            memory = part.new_zeros(len(src), src.shape[1], part.shape[-1])
-        memory[rows, :width] = part
+            memory = x.new_zeros(len(src), src.shape[1], x.shape[-1])
+        memory[rows, :width] = encoder.norm(x)
     return memory
 
 
