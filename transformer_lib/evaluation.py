@@ -113,7 +113,19 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:414 (cell 15)
+# %% book/translating.md:417 (cell 15)
+import json
+from collections.abc import Callable
+from functools import partial
+
+from transformer_lib.data import load_multi30k
+from transformer_lib.decoding import SearchConfig, model_search, translate
+from transformer_lib.model import Transformer, TransformerConfig
+from transformer_lib.pretrained import ModelRecord
+from transformer_lib.provenance import write_text_atomically
+from transformer_lib.tokenizer import BPETokenizer
+
+
 def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False
 ) -> dict:
@@ -144,19 +156,6 @@ def corpus_scores(
         "chrf_signature": str(chrf.get_signature()),
         "sentences": len(hypotheses),
     }
-
-
-# %% book/translating.md:455 (cell 17)
-import json
-from collections.abc import Callable
-from functools import partial
-
-from transformer_lib.data import load_multi30k
-from transformer_lib.decoding import SearchConfig, model_search, translate
-from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.pretrained import ModelRecord
-from transformer_lib.provenance import write_text_atomically
-from transformer_lib.tokenizer import BPETokenizer
 
 
 def load_translator(
