@@ -105,7 +105,7 @@ def beam_search(
     alpha: float = 0.6,
 ) -> list[Hypothesis]:
     """Batched beam search (§6.1): the best finished hypothesis of each of N sentences, ranked
-    by log p(Y | X) / ((5 + |Y|) / 6) ** α (``</s>`` counted); a sentence stops with k finished.
+    by ``log p(Y | X) / ((5 + |Y|) / 6) ** α`` (``</s>`` counted); a sentence stops with k finished.
 
     Args:
         state, bos_id, eos_id, max_lengths: as :func:`greedy_search` takes them.
