@@ -24,7 +24,6 @@ from transformer_lib.batching import (
     encode_pairs,
     make_batches,
     plan_batches,
-    plan_shared_batches,
 )
 from transformer_lib.data import (
     MULTI30K_SHA256,
@@ -342,12 +341,13 @@ def test_every_pair_once_per_epoch_across_ranks_in_equal_shares(world_size, n):
 
 @pytest.mark.parametrize("by_length", [True, False])
 def test_one_process_shares_the_plan_of_plan_batches(by_length):
-    """plan_shared_batches for one process is the data chapter's plan_batches, and
+    """make_batches for one process collates the data chapter's plan_batches, and
     plan_batches with by_length is fill_batches' batches, shuffled: the same pairs."""
-    lengths = [(len(s) + 1, len(t) + 1) for s, t in numbered_pairs(333, seed=3)]
+    pairs = numbered_pairs(333, seed=3)
+    lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
     for epoch in (0, 1):
         alone = plan_batches(lengths, 200, 5, epoch)
-        assert plan_shared_batches(lengths, 200, 5, epoch, world_size=1) == alone
+        assert [pair_indices([b]) for b in make_batches(pairs, 200, 5, epoch)] == alone
         unsorted = plan_batches(lengths, 200, 5, epoch, by_length=by_length)
         assert sorted(i for b in unsorted for i in b) == list(range(len(lengths)))
 

@@ -145,7 +145,7 @@ def test_a_resume_with_another_model_or_language_pair_is_refused(
 def test_the_tests_never_train_into_the_users_cache():
     """conftest.py names the session's runs folder (unless the caller did): a chapter or a test
     that calls cached_run without a runs_dir trains there, never in ~/.cache."""
-    runs = recipe.default_runs_dir()
+    runs = recipe.cache_folder("runs", "TRANSFORMER_LIB_RUNS")  # where cached_run trains
     assert runs == Path(os.environ["TRANSFORMER_LIB_RUNS"])
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer_lib"
     assert runs != cache / "runs"

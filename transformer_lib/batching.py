@@ -107,9 +107,9 @@ def plan_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:437 (cell 13)
+# %% book/data_pipeline.md:440 (cell 13)
 def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int = 1) -> None:
-    """Refuse, saying why, what :func:`plan_shared_batches` cannot plan."""
+    """Refuse, saying why, what :func:`plan_batches` or :func:`make_batches` cannot plan."""
     if world_size < 1:
         raise DataError(f"world_size must be at least 1, got {world_size}")
     if len(lengths) < world_size:
@@ -123,26 +123,6 @@ def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: 
                 f"than max_tokens={max_tokens}: raise max_tokens or drop long pairs with "
                 "encode_pairs(..., max_len=...)"
             )
-
-
-def plan_shared_batches(
-    lengths: Sequence[tuple[int, int]],
-    max_tokens: int,
-    seed: int = 0,
-    epoch: int = 0,
-    world_size: int = 1,
-) -> list[list[int]]:
-    """:func:`plan_batches` for ``world_size`` processes (§5.2), a multiple of ``world_size``
-    batches: process ``r`` takes batches ``r, r + world_size, ...``."""
-    check_plan(lengths, max_tokens, world_size)
-    rng = np.random.default_rng([seed, epoch])
-    batches = fill_batches(lengths, max_tokens, rng)
-    while len(batches) % world_size:  # split the largest batch until the count divides evenly
-        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
-        batch = batches.pop(largest)
-        half = len(batch) // 2
-        batches[largest:largest] = [batch[:half], batch[half:]]
-    return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
 def make_batches(
@@ -170,8 +150,16 @@ def make_batches(
     if not 0 <= rank < world_size:
         raise DataError(f"rank must be in [0, {world_size}), got {rank}")
     lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
-    plan = plan_shared_batches(lengths, max_tokens, seed, epoch, world_size)
-    return [collate([pairs[i] for i in batch]) for batch in plan[rank::world_size]]
+    check_plan(lengths, max_tokens, world_size)
+    rng = np.random.default_rng([seed, epoch])
+    batches = fill_batches(lengths, max_tokens, rng)
+    while len(batches) % world_size:  # split the largest batch until the count divides evenly
+        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+        batch = batches.pop(largest)
+        half = len(batch) // 2
+        batches[largest:largest] = [batch[:half], batch[half:]]
+    shuffled = rng.permutation(len(batches)).tolist()  # as plan_batches shuffles them
+    return [collate([pairs[i] for i in batches[j]]) for j in shuffled[rank::world_size]]
 
 
 def encode_pairs(

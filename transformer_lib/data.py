@@ -48,10 +48,13 @@ class DataNotFoundError(TransformerLibError, FileNotFoundError):
     """The data is neither where the caller said nor in the cache, and could not be downloaded."""
 
 
-def default_cache_dir() -> Path:
-    """Where downloads go: ``$XDG_CACHE_HOME/transformer_lib/multi30k`` (``~/.cache`` by default)."""
+def cache_folder(name: str, env: str | None = None) -> Path:
+    """``$env`` when set, else ``$XDG_CACHE_HOME/transformer_lib/<name>`` (``~/.cache`` by
+    default): where the library keeps what it downloads or trains."""
+    if env and os.environ.get(env):
+        return Path(os.environ[env]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "transformer_lib" / "multi30k"
+    return Path(base) / "transformer_lib" / name
 
 
 def sha256(path: Path) -> str:
@@ -117,7 +120,7 @@ def multi30k_file(
             return directory / name[: -len(".gz")]
         origin = "data_dir" if data_dir is not None else f"${DATA_ENV}"
         raise DataNotFoundError(_no_data_message(name, f"{directory} (from {origin})"))
-    directory = Path(cache_dir if cache_dir is not None else default_cache_dir()).expanduser()
+    directory = Path(cache_dir or cache_folder("multi30k")).expanduser()
     path = directory / name
     if path.is_file():
         return _check(path)
@@ -178,7 +181,7 @@ def load_multi30k(
     """The stripped sentence pairs ``(source, target)`` of one Multi30k task 1 split (one of
     ``SPLITS``), ``src`` and ``tgt`` ``"de"`` and ``"en"`` in either order, read from
     ``data_dir``, else ``$TRANSFORMER_LIB_DATA`` (both never written to), else ``cache_dir``
-    (:func:`default_cache_dir`), downloaded there when missing; gzipped files must be the
+    (``cache_folder("multi30k")``), downloaded there when missing; gzipped files must be the
     published ones.
 
     Raises:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import transformer_lib
-from transformer_lib.data import sha256  # the data pipeline's, for the model's files too
+from transformer_lib.data import cache_folder, sha256  # the data pipeline's
 from transformer_lib.decoding import SearchConfig
 from transformer_lib.errors import TransformerLibError
 from transformer_lib.model import Transformer, TransformerConfig
@@ -289,14 +289,6 @@ class DownloadError(PretrainedError):
     """A named model that could not be downloaded, or whose download is not what it should be."""
 
 
-def cache_dir() -> Path:
-    """``$TRANSFORMER_LIB_CACHE``, else ``$XDG_CACHE_HOME/transformer_lib`` (``~/.cache``)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "transformer_lib"
-
-
 def models_url() -> str:
     return (os.environ.get(MODELS_URL_ENV) or MODELS_URL).rstrip("/") + "/"
 
@@ -326,44 +318,40 @@ def _fetch(url: str, path: Path, expected: str | None) -> None:
         )
 
 
-def _holds_shipped_files(folder: Path, name: str) -> bool:
-    return (folder / "manifest.json").is_file() and all(
-        (folder / file).is_file() and sha256(folder / file) == digest
-        for file, digest in SHIPPED_SHA256[name].items()
+def _is_shipped(folder: Path, name: str) -> bool:
+    """Whether ``folder`` holds the files of ``name`` this version ships, and a manifest that
+    records the package's checksums (so the folder verifies as any other)."""
+    expected = SHIPPED_SHA256[name]
+    try:
+        recorded = json.loads((folder / "manifest.json").read_text())["shipped_model"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return recorded == {f: d for f, d in expected.items() if f in MODEL_FILES} and all(
+        (folder / f).is_file() and sha256(folder / f) == d for f, d in expected.items()
     )
 
 
 def download_model(name: str) -> Path:
     """The shipped model ``name``'s folder in the cache, downloaded unless there intact."""
-    target = cache_dir() / "models" / name
-    if _holds_shipped_files(target, name):
+    target = cache_folder("", CACHE_ENV) / "models" / name
+    if _is_shipped(target, name):
         return target
     root = f"{models_url()}models/{name}/"
     try:
         with atomic_folder(target) as staging:
             for file in ("manifest.json", *DOWNLOADED_FILES):
                 _fetch(root + file, staging / file, SHIPPED_SHA256[name].get(file))
-            _check_downloaded_manifest(staging, name)
+            if not _is_shipped(staging, name):  # every file checked: the manifest differs
+                raise DownloadError(
+                    f"the manifest of {name} at {models_url()} records other files than this "
+                    f"version of transformer_lib ships; nothing was kept: set {MODELS_URL_ENV} "
+                    "to a copy of the website of this version"
+                )
             shutil.rmtree(target, ignore_errors=True)  # a damaged copy, or none
     except OSError:  # another process put it there first: theirs is as good
-        if not _holds_shipped_files(target, name):
+        if not _is_shipped(target, name):
             raise
     return target
-
-
-def _check_downloaded_manifest(folder: Path, name: str) -> None:
-    """The manifest's checksums must be the package's, so the folder verifies as any other."""
-    try:
-        recorded = json.loads((folder / "manifest.json").read_text())["shipped_model"]["sha256"]
-    except (ValueError, KeyError, TypeError):
-        recorded = None
-    expected = {f: d for f, d in SHIPPED_SHA256[name].items() if f in MODEL_FILES}
-    if recorded != expected:
-        raise DownloadError(
-            f"the manifest of {name} at {models_url()} records other files than this version of "
-            f"transformer_lib ships; nothing was kept: set {MODELS_URL_ENV} to a copy of the "
-            "website of this version"
-        )
 
 
 __all__ = ["ModelRecord", "save_pretrained", "load_pretrained"]

@@ -7,7 +7,6 @@
 
 import dataclasses
 import hashlib
-import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +20,7 @@ from torch import nn
 from transformer_lib import distributed
 from transformer_lib.batching import BatchesByLength, encode_pairs, make_batches
 from transformer_lib.checkpoints import load_checkpoint
-from transformer_lib.data import DataError, load_multi30k, load_parallel
+from transformer_lib.data import DataError, cache_folder, load_multi30k, load_parallel
 from transformer_lib.decoding import SearchConfig, translate
 from transformer_lib.errors import MissingFileError, TransformerLibError
 from transformer_lib.model import Transformer, TransformerConfig
@@ -110,7 +109,7 @@ PROFILES = {
 }
 
 
-# %% book/recipe.md:151 (cell 4)
+# %% book/recipe.md:150 (cell 4)
 def greedy_bleu(
     tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], batch_size: int = 100
 ) -> Callable[[nn.Module], dict]:
@@ -190,7 +189,7 @@ def _shared_out(training: TrainingConfig, world: int, name: str) -> TrainingConf
     return dataclasses.replace(training, max_tokens=training.max_tokens // world)
 
 
-# %% book/recipe.md:232 (cell 5)
+# %% book/recipe.md:231 (cell 5)
 def train_translation(
     profile: str | Profile,
     src: str,
@@ -285,7 +284,7 @@ def train_translation(
     return train(model, batches, training, out, validation, options)
 
 
-# %% book/recipe.md:369 (cell 9)
+# %% book/recipe.md:368 (cell 9)
 def library_hash() -> str:
     """A hash of the library's modules, the identity of the code that trains a run; the book's
     machinery and the tangle's ``# %%`` markers, which train nothing, are left out."""
@@ -297,14 +296,6 @@ def library_hash() -> str:
         code = b"".join(line for line in lines if not line.startswith(b"# %% "))
         digest.update(path.name.encode() + b"\0" + code + b"\0")
     return digest.hexdigest()[:16]
-
-
-def default_runs_dir() -> Path:
-    """``$TRANSFORMER_LIB_RUNS``, else ``$XDG_CACHE_HOME/transformer_lib/runs`` (``~/.cache``)."""
-    if os.environ.get("TRANSFORMER_LIB_RUNS"):
-        return Path(os.environ["TRANSFORMER_LIB_RUNS"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "transformer_lib" / "runs"
 
 
 def cached_run(
@@ -319,7 +310,7 @@ def cached_run(
     """The folder of a finished ``profile`` run ``src`` -> ``tgt`` trained by this very code,
     training it (or finishing an interrupted one) first when the cache does not hold it."""
     max_steps = _named_profile(profile)[1].training.max_steps
-    runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+    runs_dir = Path(runs_dir or cache_folder("runs", "TRANSFORMER_LIB_RUNS"))
     runs_dir.mkdir(parents=True, exist_ok=True)
     out = runs_dir / f"{profile}-{src}-{tgt}-{library_hash()}"
     last = out / "checkpoints" / "last.pt"
