@@ -31,7 +31,7 @@ def code_link(code, attribute: str | None = None, href: str | None = None):
     return name, f"{module}.{name}", href
 
 
-# %% book/figures.md:96 (cell 6)
+# %% book/figures.md:95 (cell 6)
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -3,8 +3,7 @@
 
 
 # %% book/references.md:36 (cell 2)
-"""References for the checks of Part I: copies of our modules into PyTorch's, and the paper's
-own figures (see the chapter "Checks against references")."""
+"""References for Part I's checks: our modules copied into PyTorch's, and the paper's numbers."""
 
 import torch
 from torch import Tensor, nn
@@ -29,9 +28,8 @@ def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> 
 
 
 def transformer_into_torch(ours: Transformer) -> nn.Transformer:
-    """An nn.Transformer with post-LN layers (the paper's), ReLU, no dropout and no final
-    LayerNorm, holding the weights of ``ours`` (a pre-LN model's copy stays post-LN: the model
-    chapter's exercise 4)."""
+    """A post-LN nn.Transformer (ReLU, no dropout, no final LayerNorm) with the weights of ``ours``;
+    a pre-LN model's copy stays post-LN (the model chapter's exercise 4)."""
     c, dtype = ours.config, ours.generator.weight.dtype
     theirs = nn.Transformer(
         c.d_model, c.n_heads, c.n_layers, c.n_layers, c.d_ff, 0.0, batch_first=True, dtype=dtype
@@ -53,8 +51,7 @@ def transformer_into_torch(ours: Transformer) -> nn.Transformer:
 
 def torch_masks(src_mask: Tensor, tgt_mask: Tensor) -> dict[str, Tensor]:
     """Our ``src_mask`` (B, 1, 1, S) and ``tgt_mask`` (B, 1, T, T) as ``nn.Transformer.forward``'s
-    keyword arguments (True = may *not* attend), the target's split into its padding (its last
-    row, which sees every position) and the causal mask."""
+    keyword arguments: True = may *not* attend; the target's padding is its mask's last row."""
     source_padding = ~src_mask[:, 0, 0]  # (B, S)
     length = tgt_mask.shape[-1]
     causal = torch.ones(length, length, dtype=torch.bool, device=tgt_mask.device).tril()
