@@ -66,7 +66,9 @@ def no_env(monkeypatch, tmp_path):
 def fake_urlopen(payload: bytes, calls: list):
     def urlopen(url, timeout=None):
         calls.append(url)
-        return io.BytesIO(payload)
+        response = io.BytesIO(payload)
+        response.headers = {}  # no Content-Length
+        return response
 
     return urlopen
 

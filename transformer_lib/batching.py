@@ -107,7 +107,7 @@ def plan_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:440 (cell 13)
+# %% book/data_pipeline.md:447 (cell 13)
 def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int = 1) -> None:
     """Refuse, saying why, what :func:`plan_batches` or :func:`make_batches` cannot plan."""
     if world_size < 1:

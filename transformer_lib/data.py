@@ -12,6 +12,8 @@ import zlib
 from pathlib import Path
 from urllib.request import urlopen
 
+from tqdm import tqdm
+
 from transformer_lib.errors import MissingFileError, TransformerLibError
 from transformer_lib.provenance import atomic_file
 
@@ -81,18 +83,23 @@ def _no_data_message(name: str, where: str, reason: str = "") -> str:
     )
 
 
-def download(url: str, path: Path, expected_sha256: str) -> Path:
-    """Fetch ``url`` into ``path`` atomically: nothing appears at ``path`` unless the bytes match."""
-    with urlopen(url, timeout=60) as response:
-        content = response.read()
-    if hashlib.sha256(content).hexdigest() != expected_sha256:
-        raise ChecksumError(
-            f"the download of {path.name} from {url} does not have the expected SHA-256 "
-            f"({expected_sha256}); nothing was written. Try again, or provide the files "
-            f"yourself through {DATA_ENV} or data_dir."
-        )
-    with atomic_file(path, binary=True) as file:
-        file.write(content)
+def download(url: str, path: Path, expected_sha256: str | None) -> Path:
+    """Stream ``url`` into ``path`` with a progress bar, atomically: nothing appears at ``path``
+    unless the bytes have ``expected_sha256`` (else ``ChecksumError``); ``OSError`` offline."""
+    digest = hashlib.sha256()
+    with urlopen(url, timeout=60) as response, atomic_file(path, binary=True) as file:
+        size = int(response.headers.get("Content-Length") or 0) or None
+        with tqdm(total=size, unit="B", unit_scale=True, desc=path.name, disable=None) as bar:
+            for block in iter(lambda: response.read(1 << 20), b""):
+                file.write(block)
+                digest.update(block)
+                bar.update(len(block))
+        if expected_sha256 is not None and digest.hexdigest() != expected_sha256:
+            raise ChecksumError(  # inside atomic_file: nothing is written
+                f"the download of {path.name} from {url} does not have the expected SHA-256 "
+                f"({expected_sha256}); nothing was written. Try again, or provide the file "
+                f"yourself (Multi30k's through {DATA_ENV} or data_dir)."
+            )
     return path
 
 

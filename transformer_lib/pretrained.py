@@ -5,7 +5,6 @@
 # %% book/shipped_models.md:331 (cell 9)
 """The models that ship with the book: model folders with each file's SHA-256, loaded by name."""
 
-import hashlib
 import json
 import os
 import re
@@ -63,7 +62,7 @@ def unique_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
-# %% book/shipped_models.md:393 (cell 10)
+# %% book/shipped_models.md:392 (cell 10)
 def save_pretrained(
     model: Transformer,
     tokenizer: BPETokenizer,
@@ -116,7 +115,7 @@ def save_pretrained(
     return entry
 
 
-# %% book/shipped_models.md:453 (cell 12)
+# %% book/shipped_models.md:452 (cell 12)
 def available_models() -> list[str]:
     """The shipped models' names and the model folders in this checkout's ``results/``."""
     in_results = [p.parent.name for p in RESULTS.glob("*/model.safetensors")]
@@ -165,7 +164,7 @@ def model_folder(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-# %% book/shipped_models.md:503 (cell 13)
+# %% book/shipped_models.md:502 (cell 13)
 def verify_model_folder(folder: Path) -> dict:
     """Check a model folder's files against its manifest; return its parsed ``config.json``."""
     for name in (*MODEL_FILES, "manifest.json"):
@@ -241,13 +240,10 @@ def load_pretrained(
     return model.to(device).eval(), tokenizer
 
 
-# %% book/shipped_models.md:590 (cell 15)
+# %% book/shipped_models.md:589 (cell 15)
 import shutil
-from urllib.error import URLError
-from urllib.request import urlopen
 
-from tqdm import tqdm
-
+from transformer_lib.data import ChecksumError, download
 from transformer_lib.provenance import atomic_folder
 
 # The published book, whose models/<name>/ hold the shipped models' files (or a copy of the site).
@@ -294,28 +290,20 @@ def models_url() -> str:
 
 
 def _fetch(url: str, path: Path, expected: str | None) -> None:
-    """Stream ``url`` into ``path`` with a progress bar; refuse bytes whose SHA-256 differs."""
-    digest = hashlib.sha256()
+    """:func:`~transformer_lib.data.download`, its errors saying how else to get the model."""
     try:
-        with urlopen(url, timeout=60) as response, open(path, "wb") as file:
-            size = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=size, unit="B", unit_scale=True, desc=path.name, disable=None) as bar:
-                for block in iter(lambda: response.read(1 << 20), b""):
-                    file.write(block)
-                    digest.update(block)
-                    bar.update(len(block))
-    except (URLError, OSError) as err:
-        reason = getattr(err, "reason", None) or err
-        raise DownloadError(
-            f"could not download {url} ({reason}): check the network connection, set "
-            f"{MODELS_URL_ENV} to the root of a copy of the book's website, or give the path of "
-            "a model folder"
-        ) from err
-    if expected is not None and digest.hexdigest() != expected:
+        download(url, path, expected)
+    except ChecksumError as err:
         raise DownloadError(
             f"{url} is not the file this version of transformer_lib ships (its SHA-256 differs); "
             f"nothing was kept: set {MODELS_URL_ENV} to a copy of the website of this version"
-        )
+        ) from err
+    except OSError as err:  # no network, DNS failure, HTTP error (URLError is an OSError)
+        raise DownloadError(
+            f"could not download {url} ({getattr(err, 'reason', None) or err}): check the "
+            f"network connection, set {MODELS_URL_ENV} to the root of a copy of the book's "
+            "website, or give the path of a model folder"
+        ) from err
 
 
 def _is_shipped(folder: Path, name: str) -> bool:
