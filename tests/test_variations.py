@@ -50,7 +50,7 @@ from transformer_lib.book.variations import (
     SweepError,
     build_model,
     matching_recurrent,
-    recurrent_parameters,
+    parameter_count,
     select_variants,
     sweep_identity,
     sweep_variants,
@@ -221,7 +221,7 @@ def test_lstm_parameters_are_the_closed_form(changes):
         **{"src_vocab_size": 50, "tgt_vocab_size": 50, "d_model": 24, **changes}
     )
     model = RecurrentTranslator(config)
-    assert count(model) == lstm_parameters(config) == recurrent_parameters(config)
+    assert count(model) == lstm_parameters(config) == parameter_count(config)
     if config.tie_embeddings:
         assert model.generator.weight is model.tgt_embeddings.lookup.weight
 

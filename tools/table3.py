@@ -77,16 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
 def list_variants(profile, max_steps: int | None) -> None:
     """Print every variant with its parameters and estimated training cost (an upper bound:
     every update filled to its token budget with pairs of 32 tokens a side)."""
-    import torch
-
     from transformer_lib.book.performance import training_flops
-    from transformer_lib.book.variations import build_model, sweep_variants
+    from transformer_lib.book.variations import parameter_count, sweep_variants
 
     variants = sweep_variants(profile, profile.vocab_size, max_steps)
     print(f"{'variant':16s} {'row':8s} {'params':>8s} {'TFLOP':>8s}  label")
     for v in variants:
-        with torch.device("meta"):
-            params = sum(p.numel() for p in build_model(v.model).parameters())
+        params = parameter_count(v.model)
         pairs = v.training.max_steps * v.training.max_tokens // 32  # each costs the same
         flops = pairs * training_flops(v.model, [32], [32])
         print(f"{v.name:16s} {v.row:8s} {params / 1e6:7.2f}M {flops / 1e12:8.1f}  {v.label}")
