@@ -22,8 +22,8 @@ from transformer_lib import (
 from transformer_lib.checkpoints import CheckpointError
 from transformer_lib.data import DataNotFoundError, read_lines
 from transformer_lib.errors import ConfigError, MissingFileError, TransformerLibError
+from transformer_lib.packing import check_fast_paths
 from transformer_lib.pretrained import ModelNotFoundError
-from transformer_lib.training import compile_mode
 
 SMALL = dict(src_vocab_size=16, tgt_vocab_size=16, d_model=8, d_ff=16, n_heads=2, n_layers=1)
 
@@ -59,7 +59,8 @@ MISTAKES = [
     ("a cool-down longer than the run",
      lambda: TrainingConfig(max_steps=10, cooldown_steps=11), ConfigError, ValueError,
      ["cooldown_steps=11", "1..max_steps (10)", "shorten it"]),
-    ("a compile mode that does not exist", lambda: compile_mode(TrainingConfig(compile="fast")),
+    ("a compile mode that does not exist",
+     lambda: check_fast_paths(TrainingConfig(compile="fast"), None, None),
      ConfigError, ValueError, ["compile='fast'", "choose None"]),
     ("a beam of 0", lambda: SearchConfig(beam_size=0), ConfigError, ValueError,
      ["beam_size", "at least 1"]),

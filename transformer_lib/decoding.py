@@ -315,7 +315,7 @@ def _rows(tensors: tuple[Tensor, ...], rows: Tensor, room: int | None = None):
     return copies
 
 
-# %% book/translating.md:69 (cell 4)
+# %% book/translating.md:63 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's.
@@ -324,8 +324,7 @@ class SearchConfig:
         beam_size (int): the beams kept for each sentence; 1: greedy search.
         alpha (float): the length penalty's exponent (Wu et al., 2016); 0: no penalty.
         extra_length (int): an output may be this many tokens longer than its input.
-        batch_size (int): sentences searched together (large batches spend less of the time in
-            the interpreter: see "Decoding against an inference engine").
+        batch_size (int): sentences searched together (larger: less time in the interpreter).
 
     Raises:
         ConfigError: ``beam_size`` or ``batch_size`` below 1, negative ``alpha`` or ``extra_length``.
@@ -355,7 +354,7 @@ def model_search(model) -> SearchConfig:
     return record.search if record is not None else SearchConfig()
 
 
-# %% book/translating.md:139 (cell 7)
+# %% book/translating.md:131 (cell 7)
 class SentenceSide(SourceSide):
     """The encoder side once per sentence: the source mask ``mask`` (n, 1, 1, S) and every
     layer's keys and values have a row per sentence, which its k rows read in place."""
@@ -391,7 +390,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:215 (cell 11)
+# %% book/translating.md:206 (cell 11)
 import warnings
 from collections.abc import Callable, Sequence
 

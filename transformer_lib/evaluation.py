@@ -34,7 +34,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:324 (cell 13)
+# %% book/translating.md:312 (cell 13)
 from transformer_lib.training import RESUMABLE_CHANGES
 
 
@@ -113,7 +113,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:417 (cell 15)
+# %% book/translating.md:404 (cell 15)
 import json
 from collections.abc import Callable
 from functools import partial
@@ -202,8 +202,7 @@ def evaluate_split(
     (``"de"`` or ``"en"``) and score it with sacreBLEU.
 
     Args:
-        model, tokenizer: the model to translate with (unused with ``translator``) and its run's
-            tokenizer.
+        model, tokenizer: the model (unused with ``translator``) and its run's tokenizer.
         data_dir: the Multi30k files' folder; None: ``$TRANSFORMER_LIB_DATA`` or the cache.
         search: the search's settings; None: the model's own.
         limit: translate only the first ``limit`` sentences; None: all.
