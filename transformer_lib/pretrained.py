@@ -20,7 +20,7 @@ from transformer_lib.data import cache_folder, sha256  # the data pipeline's
 from transformer_lib.decoding import SearchConfig
 from transformer_lib.errors import TransformerLibError
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.provenance import atomic_file, write_json, write_text_atomically
+from transformer_lib.provenance import atomic_file, jsonable, write_json, write_text_atomically
 from transformer_lib.tokenizer import BPETokenizer
 
 MODEL_FILES = ("model.safetensors", "config.json", "tokenizer.json")
@@ -87,7 +87,7 @@ def save_pretrained(
         PretrainedError: a ``config`` of another model, or a ``dtype`` not floating-point.
     """
     folder = Path(folder)
-    model_config = json.loads(json.dumps(vars(model.config)))  # a frozen dataclass, as JSON
+    model_config = jsonable(model.config)
     if "model" in config and config["model"] != model_config:
         raise PretrainedError(
             "config's model entry describes another model than the one given: pass the run's "

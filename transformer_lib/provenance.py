@@ -120,11 +120,10 @@ def _checkout() -> Path:
 def _changes(checkout: Path) -> dict:
     """The working tree's changes against its commit outside ``results/``: files, diff's hash."""
     outside_results = ("--", ".", ":(exclude)results")
-    status = _git("status", "--porcelain", "--untracked-files=no", *outside_results, cwd=checkout)
-    if not status:
+    changed = _git("diff", "HEAD", "--name-only", *outside_results, cwd=checkout)
+    if not changed:  # untracked files are not the commit's code: they are left out
         return {"git_dirty": False}
     diff = _git("diff", "HEAD", "--binary", *outside_results, cwd=checkout, strip=False) or ""
-    changed = _git("diff", "HEAD", "--name-only", *outside_results, cwd=checkout) or ""
     digest = hashlib.sha256(diff.encode()).hexdigest()
     return {"git_dirty": True, "git_changed": changed.splitlines(), "git_diff_sha256": digest}
 

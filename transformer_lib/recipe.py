@@ -135,14 +135,6 @@ class ParallelCorpus:
     valid_src: Path
     valid_tgt: Path
 
-    def load(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        train_pairs = load_parallel(self.train_src, self.train_tgt)
-        valid_pairs = load_parallel(self.valid_src, self.valid_tgt)
-        if not train_pairs or not valid_pairs:
-            empty = "training" if not train_pairs else "validation"
-            raise DataError(f"the {empty} files of the corpus hold no sentence pair")
-        return train_pairs, valid_pairs
-
 
 def _named_profile(profile: str | Profile) -> tuple[str, Profile]:
     """A profile and its name (``"custom"`` for one that is not in PROFILES)."""
@@ -161,8 +153,13 @@ def _read_pairs(
     if corpus is None:
         splits = (load_multi30k(split, src, tgt, data_dir) for split in ("train", "val"))
         return *splits, metadata
+    train_pairs = load_parallel(corpus.train_src, corpus.train_tgt)
+    valid_pairs = load_parallel(corpus.valid_src, corpus.valid_tgt)
+    if not train_pairs or not valid_pairs:
+        empty = "training" if not train_pairs else "validation"
+        raise DataError(f"the {empty} files of the corpus hold no sentence pair")
     files = [str(Path(path).resolve()) for path in dataclasses.astuple(corpus)]
-    return *corpus.load(), {**metadata, "data": "files", "files": files}
+    return train_pairs, valid_pairs, {**metadata, "data": "files", "files": files}
 
 
 def _run_tokenizer(path: Path, train_pairs: list, vocab_size: int) -> BPETokenizer:
@@ -189,7 +186,7 @@ def _shared_out(training: TrainingConfig, world: int, name: str) -> TrainingConf
     return dataclasses.replace(training, max_tokens=training.max_tokens // world)
 
 
-# %% book/recipe.md:231 (cell 5)
+# %% book/recipe.md:228 (cell 5)
 def train_translation(
     profile: str | Profile,
     src: str,
@@ -284,7 +281,7 @@ def train_translation(
     return train(model, batches, training, out, validation, options)
 
 
-# %% book/recipe.md:368 (cell 9)
+# %% book/recipe.md:365 (cell 9)
 def library_hash() -> str:
     """A hash of the library's modules, the identity of the code that trains a run; the book's
     machinery and the tangle's ``# %%`` markers, which train nothing, are left out."""
