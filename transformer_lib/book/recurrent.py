@@ -39,12 +39,8 @@ class RecurrentConfig:
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
             raise ValueError(f"pad_id {self.pad_id} is not an id of both vocabularies")
 
-    @property
-    def shared_vocabulary(self) -> bool:
-        return self.tie_embeddings and self.src_vocab_size == self.tgt_vocab_size
 
-
-# %% book/sweep.md:89 (cell 5)
+# %% book/sweep.md:85 (cell 5)
 class RecurrentTranslator(nn.Module):
     """An LSTM encoder-decoder with attention, called like the :class:`Transformer`: logits
     (B, T, V_tgt) of src (B, S) and tgt (B, T); ``tgt_mask`` is ignored (a recurrence is causal)."""
@@ -53,7 +49,7 @@ class RecurrentTranslator(nn.Module):
         super().__init__()
         self.config = c = config
         self.tgt_embeddings = Embeddings(c.tgt_vocab_size, c.d_model)
-        shared = c.shared_vocabulary
+        shared = c.tie_embeddings and c.src_vocab_size == c.tgt_vocab_size  # one table, both sides
         self.src_embeddings = (
             self.tgt_embeddings if shared else Embeddings(c.src_vocab_size, c.d_model)
         )
@@ -71,11 +67,9 @@ class RecurrentTranslator(nn.Module):
         if c.tie_embeddings:
             self.generator.weight = self.tgt_embeddings.lookup.weight
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> tuple[Tensor, tuple]:
+    def encode(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, tuple]:
         """The memory (B, S, d_model) and the decoder's first state (h, c), each (n_layers, B,
         d_model): both directions' last states side by side."""
-        if src_mask is None:
-            src_mask = padding_mask(src, self.config.pad_id)
         lengths = src_mask.reshape(len(src), -1).sum(-1).clamp(min=1).cpu()
         x = self.dropout(self.src_embeddings(src))  # (B, S, d_model)
         # Packed, the backward LSTM starts at a sentence's last real token, not at the padding.
@@ -111,7 +105,7 @@ class RecurrentTranslator(nn.Module):
         return self.generator(outputs)  # (B, T, V_tgt)
 
 
-# %% book/sweep.md:161 (cell 7)
+# %% book/sweep.md:155 (cell 7)
 class RecurrentDecoder:
     """The :class:`~transformer_lib.decoding.DecoderState` of a :class:`RecurrentTranslator`."""
 
