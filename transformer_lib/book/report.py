@@ -94,12 +94,12 @@ def attention_example(model, tokenizer: BPETokenizer, source: str, translation: 
 
 
 # %% book/shipped_models.md:147 (cell 6)
-def _samples_markdown(pairs, translations, src, tgt, steps: list[int], search) -> str:
+def _samples_markdown(pairs, translations, bleu: dict) -> str:
     lines = [
-        f"# Sample translations, {src} → {tgt}, {TOKENIZED_SPLIT}\n",
+        f"# Sample translations, {bleu['src']} → {bleu['tgt']}, {TOKENIZED_SPLIT}\n",
         f"The first {len(pairs)} sentences of the test set, translated by the average of the "
-        f"checkpoints of steps {', '.join(map(str, steps))} "
-        f"(beam {search.beam_size}, α {search.alpha}).\n",
+        f"checkpoints of steps {', '.join(map(str, bleu['averaged_steps']))} "
+        f"(beam {bleu['beam_size']}, α {bleu['alpha']}).\n",
     ]
     rows = zip(pairs, translations, strict=True)
     for number, ((source, reference), translation) in enumerate(rows, 1):
@@ -110,11 +110,9 @@ def _samples_markdown(pairs, translations, src, tgt, steps: list[int], search) -
     return "\n".join(lines)
 
 
-def _score_splits(
-    model, tokenizer, splits, src, tgt, out: Path, bleu: dict, data_dir, search, limit, progress
-) -> dict:
+def _score_splits(model, tokenizer, splits, out: Path, bleu: dict, data_dir, search, progress):
     """Translate, score and write each split into ``bleu["splits"]``; its pairs and translations."""
-    translated = {}
+    src, tgt, limit, translated = bleu["src"], bleu["tgt"], bleu["limit"], {}
     for split in splits:
         options = dict(data_dir=data_dir, search=search, limit=limit, progress=progress)
         scores, hypotheses = evaluate_split(model, tokenizer, split, src, tgt, **options)
@@ -162,7 +160,7 @@ def _training_summary(run_dir: Path, checkpoint: dict) -> dict:
     }
 
 
-# %% book/shipped_models.md:217 (cell 7)
+# %% book/shipped_models.md:215 (cell 7)
 def write_report(
     run_dir: Path,
     out: Path,
@@ -207,14 +205,11 @@ def write_report(
         "limit": limit,
         "splits": {},
     }
-    translated = _score_splits(
-        model, tokenizer, splits, src, tgt, out, bleu, data_dir, search, limit, progress
-    )
+    translated = _score_splits(model, tokenizer, splits, out, bleu, data_dir, search, progress)
     write_json(out / "bleu.json", bleu)
 
     pairs, hypotheses = translated[splits[0]]
-    steps = averaged["averaged_steps"]
-    text = _samples_markdown(pairs[:samples], hypotheses[:samples], src, tgt, steps, search)
+    text = _samples_markdown(pairs[:samples], hypotheses[:samples], bleu)
     write_text_atomically(out / "samples.md", text)
     _write_attention(out, model, tokenizer, pairs, hypotheses)
 
