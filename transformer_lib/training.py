@@ -371,11 +371,8 @@ def train(
     device = torch.device(o.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     products = onednn_products(config.products, device)  # None: PyTorch's (chapter Performance)
     mode = check_fast_paths(config, model, device)  # before a file is written
-    settings = {
-        "training": jsonable(config),
-        "model": jsonable(model.config),
-        "run": json.loads(json.dumps(o.metadata)) if o.metadata is not None else None,  # reloaded
-    }
+    metadata = json.loads(json.dumps(o.metadata))  # as config.json gives it back (None: null)
+    settings = {"training": jsonable(config), "model": jsonable(model.config), "run": metadata}
     run = _prepare(model, config, Path(run_dir), device, settings)
     if o.resume:
         _resume(run)
