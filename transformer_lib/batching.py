@@ -108,14 +108,8 @@ def plan_batches(
 
 
 # %% book/data_pipeline.md:447 (cell 13)
-def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int, world_size: int = 1) -> None:
-    """Refuse, saying why, what :func:`plan_batches` or :func:`make_batches` cannot plan."""
-    if world_size < 1:
-        raise DataError(f"world_size must be at least 1, got {world_size}")
-    if len(lengths) < world_size:
-        raise DataError(
-            f"{len(lengths)} sentence pairs cannot be shared among {world_size} processes"
-        )
+def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int) -> None:
+    """Refuse, saying why, a pair that no batch of ``max_tokens`` can hold."""
     for index, (s, t) in enumerate(lengths):
         if max(s, t) > max_tokens:
             raise DataError(
@@ -147,10 +141,14 @@ def make_batches(
         DataError: a bad ``rank`` or ``world_size``, fewer pairs than processes, or a pair over
             ``max_tokens`` on a side.
     """
+    if not 1 <= world_size <= len(pairs):
+        raise DataError(
+            f"{len(pairs)} sentence pairs cannot be shared among {world_size} processes"
+        )
     if not 0 <= rank < world_size:
         raise DataError(f"rank must be in [0, {world_size}), got {rank}")
     lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
-    check_plan(lengths, max_tokens, world_size)
+    check_plan(lengths, max_tokens)
     rng = np.random.default_rng([seed, epoch])
     batches = fill_batches(lengths, max_tokens, rng)
     while len(batches) % world_size:  # split the largest batch until the count divides evenly

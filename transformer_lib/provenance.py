@@ -135,12 +135,10 @@ def git_commit(checkout: Path | None = None) -> dict:
     named = os.environ.get(COMMIT_ENV) or None
     source = {"source_sha256": source_digest(checkout)}
     commit = _git("rev-parse", "HEAD", cwd=checkout)
-    if commit is None:
-        return {"git_commit": named, "git_source": "environment", **source}
-    if named is not None and named != commit:
-        said = {"git_checkout": {"commit": commit, **_changes(checkout)}}
-        return {"git_commit": named, "git_source": "environment", **said, **source}
-    return {"git_commit": commit, **_changes(checkout), "git_source": "git", **source}
+    if commit is not None and named in (None, commit):
+        return {"git_commit": commit, **_changes(checkout), "git_source": "git", **source}
+    said = {"git_checkout": {"commit": commit, **_changes(checkout)}} if commit else {}
+    return {"git_commit": named, "git_source": "environment", **said, **source}
 
 
 def cpu_name() -> str:
