@@ -212,8 +212,8 @@ def files(corpus, option, *names):
     "train_files,valid_files,message",
     [
         (("train.en", "short.fr"), ("valid.en", "valid.fr"), "has 2 lines but"),
-        (("train.en", "none.fr"), ("valid.en", "valid.fr"), "none.fr is not a file"),
-        (("train.en", "train.fr"), ("valid.en", "empty.fr"), "empty.fr is empty"),
+        (("train.en", "none.fr"), ("valid.en", "valid.fr"), "none.fr does not exist"),
+        (("train.en", "train.fr"), ("valid.en", "empty.fr"), "empty.fr has 0"),
         (("train.en", "latin.fr"), ("valid.en", "valid.fr"), "latin.fr is not UTF-8 text"),
         (("train.en", "cut.fr"), ("valid.en", "valid.fr"), "cut.fr is a damaged gzip file"),
         (("train.en", "train.fr"), None, "add --valid SRC_FILE TGT_FILE"),
@@ -234,7 +234,7 @@ def test_own_corpus_mistakes_are_one_line(corpus, capsys, train_files, valid_fil
     [
         (["--src", "de", "--tgt", "de"], "both 'de'"),
         (["--src", "en", "--tgt", "fr"], "--tgt fr: Multi30k has de and en"),
-        (["--src", "de", "--tgt", "en", "--max-steps", "0"], "--max-steps must be at least 1"),
+        (["--src", "de", "--tgt", "en", "--max-steps", "0"], "max_steps must be at least 1"),
         (["--src", "en", "--tgt", "fr", "--data-dir", ".", "OWN"], "--data-dir is Multi30k's"),
     ],
 )
@@ -326,7 +326,7 @@ def test_a_device_this_machine_lacks_is_one_line(device, message):
 
 
 def test_the_device_check_accepts_the_cpu_and_the_default(monkeypatch):
-    from transformer_lib.usage import check_device
+    from transformer_lib.cli import check_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert check_device(None) == "cpu" and check_device("cpu") == "cpu"

@@ -46,9 +46,7 @@ LIBRARY_MODULES = [module for module in MODULES if not is_book(module)]
 LAYERS = [
     ["__init__"],  # the package itself: its version, and its public names on first use
     ["errors"],  # the one base class of the errors a user can fix
-    # atomic files, commit, machine; the user's mistakes on the command line: they know nothing
-    # of the model or the data
-    ["provenance", "usage"],
+    ["provenance"],  # atomic files, commit, machine: it knows nothing of the model or the data
     # masks, files, processes; oneDNN's products (decoding and training may use them); the
     # learning-rate schedule; the training objective and its one update
     ["attention", "checkpoints", "data", "distributed", "objective", "onednn", "schedule"],
