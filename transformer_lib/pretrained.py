@@ -122,12 +122,11 @@ def available_models() -> list[str]:
     return sorted({*SHIPPED_SHA256, *in_results})
 
 
-def folder_search(folder: str | os.PathLike, config: dict | None = None) -> SearchConfig:
-    """A model folder's search: ``config.json``'s (``config``, if already read), else its
-    ``bleu.json``'s, else §6.1's; :class:`PretrainedError` for settings it cannot take."""
+def folder_search(folder: str | os.PathLike) -> SearchConfig:
+    """A model folder's search: ``config.json``'s, else its ``bleu.json``'s, else §6.1's;
+    :class:`PretrainedError` for settings it cannot take."""
     folder = Path(folder)
-    if config is None:
-        config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
     report = folder / "bleu.json"
     try:
         if "search" in config:
@@ -164,7 +163,7 @@ def model_folder(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-# %% book/shipped_models.md:497 (cell 13)
+# %% book/shipped_models.md:496 (cell 13)
 def verify_model_folder(folder: Path) -> dict:
     """Check a model folder's files against its manifest; return its parsed ``config.json``."""
     for name in (*MODEL_FILES, "manifest.json"):
@@ -235,12 +234,12 @@ def load_pretrained(
             "the two files are of different models or versions"
         )
     model.load_state_dict(tensors, strict=False)  # the tied names that were left out share these
-    model.record = ModelRecord(folder_search(folder, config), config.get("run") or {})
+    model.record = ModelRecord(folder_search(folder), config.get("run") or {})
     tokenizer = BPETokenizer.from_json((folder / "tokenizer.json").read_text())
     return model.to(device).eval(), tokenizer
 
 
-# %% book/shipped_models.md:584 (cell 15)
+# %% book/shipped_models.md:583 (cell 15)
 import shutil
 
 from transformer_lib.data import ChecksumError, download

@@ -220,7 +220,8 @@ def train_translation(
 
     Raises:
         RecipeError: an unknown profile, one language twice, ``out`` holding a run without
-            ``resume`` or not writable, ``max_steps`` below 1, the wrong number of processes.
+            ``resume`` or not writable, the wrong number of processes.
+        ConfigError: ``max_steps`` below 1 (``TrainingConfig`` refuses it).
         FileNotFoundError: ``resume`` without ``out/checkpoints/last.pt``.
         DataError: data that cannot be read, or no training pair short enough.
         CheckpointError: a run to resume that was written with other settings.
@@ -235,8 +236,6 @@ def train_translation(
         raise RecipeError(
             f"{out} already holds a run: add --resume to continue it, or pick a new --out"
         )
-    if max_steps is not None and max_steps < 1:
-        raise RecipeError(f"max_steps must be at least 1, got {max_steps}")
     overrides = {"max_steps": max_steps, "seed": seed, "compile": compile_mode}
     training = dataclasses.replace(
         profile.training, **{key: value for key, value in overrides.items() if value is not None}
@@ -281,7 +280,7 @@ def train_translation(
     return train(model, batches, training, out, validation, options)
 
 
-# %% book/recipe.md:365 (cell 9)
+# %% book/recipe.md:364 (cell 9)
 def library_hash() -> str:
     """A hash of the library's modules, the identity of the code that trains a run; the book's
     machinery and the tangle's ``# %%`` markers, which train nothing, are left out."""
