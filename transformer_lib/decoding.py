@@ -487,14 +487,12 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:734 (cell 22)
+# %% book/inference_engine.md:721 (cell 22)
 from transformer_lib import onednn
 
 
 class OneDNNDecoder(SentenceGroupedDecoder):
-    """``SentenceGroupedDecoder`` with every product by oneDNN and a step as one flat function
-    (``onednn.FlatStep``); a model in training mode, or rows not grouped by sentence, take the
-    model's own forward. Float32 weights on the CPU only."""
+    """``SentenceGroupedDecoder`` with oneDNN's products and a flat step (float32 on the CPU)."""
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         onednn.require_onednn_weights(model)
@@ -505,8 +503,7 @@ class OneDNNDecoder(SentenceGroupedDecoder):
     encoder_group = 64  # sentences encoded together, see encode
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        """The memory (n, S, d_model) of ``src`` (n, S), ``encoder_group`` sentences at a time,
-        each group cut to its own longest sentence (``translate`` sorts a batch by length)."""
+        """The memory (n, S, d_model) of ``src`` (n, S), ``encoder_group`` sentences at a time."""
         encoder, groups = self.model.encoder, self.encoder_group
         return onednn.encode_in_groups(encoder, src, src_mask, groups, self.linear)
 

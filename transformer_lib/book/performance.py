@@ -58,7 +58,7 @@ def training_flops(
     return 3 * forward_flops(config, src_lengths, tgt_lengths)
 
 
-# %% book/performance.md:263 (cell 10)
+# %% book/performance.md:262 (cell 10)
 @dataclass(frozen=True)
 class Peak:
     """An accelerator's peak rate of dense bf16 matrix products, and where the number is from."""
