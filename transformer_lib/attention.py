@@ -97,9 +97,9 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.weights: Tensor | None = None  # the last weights, when asked for (need_weights)
 
-    def split_heads(self, x: Tensor, width: int) -> Tensor:
+    def split_heads(self, x: Tensor) -> Tensor:
         """The heads side by side become a dimension: (B, L, h * width) -> (B, h, L, width)."""
-        return x.unflatten(-1, (self.n_heads, width)).transpose(1, 2)  # (B, h, L, width)
+        return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)  # (B, h, L, width)
 
     def merge_heads(self, out: Tensor, linear=None) -> Tensor:
         """Concat(head_1, ..., head_h) W^O (§3.2.2): (B, h, L, d_v) -> (B, L, d_model); an
@@ -109,32 +109,30 @@ class MultiHeadAttention(nn.Module):
             return self.out_proj(concatenated)
         return linear(concatenated, self.out_proj.weight, self.out_proj.bias)
 
-    def project_qkv(self, x: Tensor, linear=None) -> tuple[Tensor, Tensor, Tensor]:
+    def project_qkv(self, x: Tensor, linear=F.linear) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention's q, k, v in one product: (B, L, d_model) -> (B, h, L, d_k, d_k, d_v)."""
         e = self.n_heads * self.d_k  # rows of W^Q and of W^K
-        weight, bias = self.in_proj.weight, self.in_proj.bias
-        projected = self.in_proj(x) if linear is None else linear(x, weight, bias)
+        projected = linear(x, self.in_proj.weight, self.in_proj.bias)  # (B, L, 2 e + d_model)
         q, k, v = projected.split([e, e, self.d_model], dim=-1)
-        d_k, d_v = self.d_k, self.d_v
-        return self.split_heads(q, d_k), self.split_heads(k, d_k), self.split_heads(v, d_v)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def project_q(self, query: Tensor, linear=F.linear) -> Tensor:
         """The queries of ``query`` (B, L_q, d_model) by W^Q alone: (B, h, L_q, d_k)."""
-        return self._project(query, slice(0, self.n_heads * self.d_k), self.d_k, linear)
+        return self._project(query, slice(0, self.n_heads * self.d_k), linear)
 
     def project_kv(
         self, key: Tensor, value: Tensor | None = None, linear=F.linear
     ) -> tuple[Tensor, Tensor]:
         """The keys and values of another sequence (``value`` defaults to ``key``) by W^K, W^V."""
         e = self.n_heads * self.d_k  # rows of W^Q and of W^K
-        k = self._project(key, slice(e, 2 * e), self.d_k, linear)  # (B, h, L_k, d_k)
-        v = self._project(key if value is None else value, slice(2 * e, None), self.d_v, linear)
+        k = self._project(key, slice(e, 2 * e), linear)  # (B, h, L_k, d_k)
+        v = self._project(key if value is None else value, slice(2 * e, None), linear)
         return k, v  # (B, h, L_k, d_k), (B, h, L_k, d_v)
 
-    def _project(self, x: Tensor, rows: slice, width: int, linear=F.linear) -> Tensor:
-        """``x`` by some ``rows`` of ``in_proj`` (W^Q, W^K or W^V), in heads ``width`` wide."""
+    def _project(self, x: Tensor, rows: slice, linear=F.linear) -> Tensor:
+        """``x`` by some ``rows`` of ``in_proj`` (W^Q, W^K or W^V), split into the heads."""
         bias = None if self.in_proj.bias is None else self.in_proj.bias[rows]
-        return self.split_heads(linear(x, self.in_proj.weight[rows], bias), width)
+        return self.split_heads(linear(x, self.in_proj.weight[rows], bias))
 
     def forward(
         self,

@@ -222,6 +222,20 @@ class KeyValueCache:
         self.keys, self.values = k, v
         return k, v
 
+    def select(self, rows: Tensor, room: bool = False) -> None:
+        """Keep the rows ``rows`` (N',); with ``room``, the positions held in new tensors one
+        position longer, whose last position the next step fills."""
+        held = [t[:, :, : self.length] if room else t for t in (self.keys, self.values)]
+        # index_select, not tensor[rows]: the general indexing machinery is slower at copying whole
+        # rows (the chapter on inference engines measures it)
+        if not room or self.keys.requires_grad:  # out= keeps no gradient
+            self.keys, self.values = (t.index_select(0, rows) for t in held)
+            return
+        copies = [t.new_empty(len(rows), t.shape[1], self.length + 1, t.shape[3]) for t in held]
+        for t, copy in zip(held, copies, strict=True):
+            torch.index_select(t, 0, rows, out=copy[:, :, : self.length])
+        self.keys, self.values = copies
+
 
 class SourceSide:
     """How a decoder's rows find the encoder side: each its own copy of its sentence's keys,
@@ -263,11 +277,11 @@ class DecoderCache:
     def select(self, rows: Tensor) -> None:
         """Keep the rows ``rows`` (N',) of every cache, the self-attention's with room for one
         more position."""
-        for own, _ in self.layers if self.length else ():
-            own.keys, own.values = _rows((own.keys, own.values), rows, room=own.length)
+        for own, _ in self.layers if self.length else ():  # nothing of its own before a step
+            own.select(rows, room=True)
         kept = self.side.select(rows)
         for _, source in self.layers if kept is not None else ():
-            source.keys, source.values = _rows((source.keys, source.values), kept)
+            source.select(kept)
 
 
 class IncrementalDecoder:
@@ -298,21 +312,6 @@ class IncrementalDecoder:
 
     def select(self, rows: Tensor) -> None:
         self.cache.select(rows)
-
-
-def _rows(tensors: tuple[Tensor, ...], rows: Tensor, room: int | None = None):
-    """The rows ``rows`` of each tensor. With ``room`` t: of (N, h, ., d) tensors, the first t
-    positions, in new (N', h, t + 1, d) tensors whose last position the next step fills."""
-    if room is not None:  # without a room a step did not fill
-        tensors = tuple(tensor[:, :, :room] for tensor in tensors)
-    # index_select, not tensor[rows]: the general indexing machinery is slower at copying whole
-    # rows (the chapter on inference engines measures it)
-    if room is None or any(tensor.requires_grad for tensor in tensors):  # out=: no gradient
-        return tuple(tensor.index_select(0, rows) for tensor in tensors)
-    copies = tuple(t.new_empty(len(rows), t.shape[1], room + 1, t.shape[3]) for t in tensors)
-    for tensor, copy in zip(tensors, copies, strict=True):
-        torch.index_select(tensor, 0, rows, out=copy[:, :, :room])
-    return copies
 
 
 # %% book/translating.md:63 (cell 4)
