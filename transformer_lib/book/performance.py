@@ -42,8 +42,7 @@ def forward_flops(
     src_lengths: Iterable[int],
     tgt_lengths: Iterable[int],
 ) -> int:
-    """FLOPs of the matrix products of one forward pass (a multiply-add counts 2) over sentence
-    pairs of the given lengths: real lengths give the useful work, padded ones the executed."""
+    """FLOPs of one forward pass's matrix products over sentence pairs of the given lengths."""
     pair = _recurrent_pair if isinstance(config, RecurrentConfig) else _transformer_pair
     pairs = Counter(zip(src_lengths, tgt_lengths, strict=True))  # equal lengths, equal cost
     return sum(count * pair(config, int(s), int(t)) for (s, t), count in pairs.items())
@@ -58,7 +57,7 @@ def training_flops(
     return 3 * forward_flops(config, src_lengths, tgt_lengths)
 
 
-# %% book/performance.md:262 (cell 10)
+# %% book/performance.md:261 (cell 10)
 @dataclass(frozen=True)
 class Peak:
     """An accelerator's peak rate of dense bf16 matrix products, and where the number is from."""
