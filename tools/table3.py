@@ -169,21 +169,12 @@ def calibrate(args, profile, work: Path) -> int:
     return 0
 
 
-def check_device(device: str | None) -> None:
-    """Refuse a --device that PyTorch cannot name, before any work."""
-    import torch
-
-    try:
-        torch.device(device or "cpu")
-    except RuntimeError as err:
-        raise ValueError(f"--device {device!r} is not a device: use cpu, cuda or cuda:N") from err
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     from transformer_lib.book.sweep import MANIFEST_FILE, run_sweep, sweep_tokenizer
     from transformer_lib.book.variations import SWEEP_PROFILES
+    from transformer_lib.cli import check_device
 
     profile = SWEEP_PROFILES[args.profile]
     out = args.out or DEFAULT_OUT[args.profile]
