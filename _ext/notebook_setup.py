@@ -115,7 +115,7 @@ def find_multi30k(root: Path) -> None:
                 data.multi30k_file(split, language)  # downloads once into the cache, checked
     except (data.DataError, data.DataNotFoundError) as err:
         raise SetupError(str(err)) from None
-    os.environ["TRANSFORMER_LIB_DATA"] = str(data.default_cache_dir())
+    os.environ["TRANSFORMER_LIB_DATA"] = str(data.cache_folder("multi30k"))
 
 
 def set_up() -> Path:
