@@ -12,8 +12,6 @@ import zlib
 from pathlib import Path
 from urllib.request import urlopen
 
-from tqdm import tqdm
-
 from transformer_lib.errors import MissingFileError, TransformerLibError
 from transformer_lib.provenance import atomic_file
 
@@ -86,6 +84,8 @@ def _no_data_message(name: str, where: str, reason: str = "") -> str:
 def download(url: str, path: Path, expected_sha256: str | None) -> Path:
     """Stream ``url`` into ``path`` with a progress bar, atomically: nothing appears at ``path``
     unless the bytes have ``expected_sha256`` (else ``ChecksumError``); ``OSError`` offline."""
+    from tqdm import tqdm  # here: only a download draws a bar
+
     digest = hashlib.sha256()
     with urlopen(url, timeout=60) as response, atomic_file(path, binary=True) as file:
         size = int(response.headers.get("Content-Length") or 0) or None
