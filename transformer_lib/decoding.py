@@ -314,7 +314,7 @@ class IncrementalDecoder:
         self.cache.select(rows)
 
 
-# %% book/translating.md:63 (cell 4)
+# %% book/translating.md:61 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's.
@@ -353,7 +353,7 @@ def model_search(model) -> SearchConfig:
     return record.search if record is not None else SearchConfig()
 
 
-# %% book/translating.md:131 (cell 7)
+# %% book/translating.md:128 (cell 7)
 class SentenceSide(SourceSide):
     """The encoder side once per sentence: the source mask ``mask`` (n, 1, 1, S) and every
     layer's keys and values have a row per sentence, which its k rows read in place."""
@@ -389,7 +389,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:206 (cell 11)
+# %% book/translating.md:201 (cell 11)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -486,7 +486,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:721 (cell 22)
+# %% book/inference_engine.md:704 (cell 22)
 from transformer_lib import onednn
 
 

@@ -34,7 +34,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:312 (cell 13)
+# %% book/translating.md:306 (cell 13)
 from transformer_lib.training import RESUMABLE_CHANGES
 
 
@@ -60,8 +60,7 @@ def check_same_layout(states: Sequence[dict[str, Tensor]]) -> None:
 
 
 def _run_of(checkpoint: dict) -> dict:
-    """The run a checkpoint comes from, as ``{"run.src": "de", "training.seed": 0, ...}``: its
-    description and its training settings, less those a resumed run may change."""
+    """A checkpoint's run as ``{"run.src": "de", "training.seed": 0, ...}``, less resumable ones."""
     config = checkpoint["config"]
     run = {f"run.{name}": value for name, value in (config.get("run") or {}).items()}
     training = (config.get("training") or {}).items()
@@ -113,7 +112,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:404 (cell 15)
+# %% book/translating.md:394 (cell 15)
 import json
 from collections.abc import Callable
 from functools import partial
