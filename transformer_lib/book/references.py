@@ -69,8 +69,7 @@ def embedded(model: Transformer, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tens
     return source, model.decoder.positions(model.decoder.embeddings(tgt))  # (B, T, d_model)
 
 
-# (row, changes to the base model, the paper's "params ×10^6" where it gives one): the one place
-# the book keeps the paper's parameter counts
+# (row, changes to the base model, the paper's "params ×10^6" where it gives one)
 TABLE_3_PARAMETERS = [
     ("base", {}, 65),
     ("A: h=1, d_k=512", dict(n_heads=1), None),
