@@ -96,29 +96,23 @@ def write_checkpoint(state: dict, folder: Path, keep: int) -> Path:
     return path
 
 
-def check_resumable(
-    saved: dict,
-    training: dict,
-    model_config: dict | None,
-    metadata: dict | None = None,
-    may_change: frozenset[str] = frozenset(),
-) -> None:
-    """Refuse a checkpoint whose ``config`` (``saved``) differs from this run's settings, as JSON
-    gives them, but in ``may_change``."""
+def check_resumable(saved: dict, settings: dict, may_change: frozenset[str] = frozenset()) -> None:
+    """Refuse a checkpoint whose ``config`` (``saved``) differs from this run's ``settings``
+    (``training``, ``model``, ``run``, as JSON gives them) but in the training's ``may_change``."""
     changed = [
         f"training.{k}: {saved['training'].get(k)!r} in the checkpoint, {v!r} now"
-        for k, v in training.items()
+        for k, v in settings["training"].items()
         if k not in may_change and saved["training"].get(k) != v
     ]
-    if model_config is not None and saved.get("model") != model_config:
-        old, new = saved.get("model") or {}, model_config
-        changed += [
-            f"model.{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} now"
-            for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k)
-        ]
-    if (metadata or {}) != (saved.get("run") or {}):
-        changed.append(f"run: {saved.get('run')!r} in the checkpoint, {metadata!r} now")
+    old, new = saved.get("model") or {}, settings["model"]
+    changed += [
+        f"model.{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} now"
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k)
+    ]
+    old, new = saved.get("run"), settings.get("run")
+    if (old or {}) != (new or {}):
+        changed.append(f"run: {old!r} in the checkpoint, {new!r} now")
     if changed:
         raise CheckpointError(
             "the checkpoint was written by another configuration ("

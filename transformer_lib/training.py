@@ -165,13 +165,8 @@ def _resume(run: _RunState) -> None:
     """Continue from ``checkpoints/last.pt`` once its settings are checked."""
     world = distributed.rank_and_world()[1]
     state = checkpoints.load_checkpoint(run.run_dir / "checkpoints" / "last.pt", run.device)
-    checkpoints.check_resumable(
-        state["config"],
-        run.settings["training"],
-        run.settings["model"],
-        run.settings["run"],
-        may_change=resumable_changes(state["config"]["training"], run.config, state["step"]),
-    )
+    may_change = resumable_changes(state["config"]["training"], run.config, state["step"])
+    checkpoints.check_resumable(state["config"], run.settings, may_change)
     if len(state["rng"]) != world:
         raise checkpoints.CheckpointError(
             f"the checkpoint was written by {len(state['rng'])} processes and this run has "
@@ -206,7 +201,7 @@ def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) ->
     run.window_start = run.called = time.perf_counter()
 
 
-# %% book/training_loop.md:285 (cell 6)
+# %% book/training_loop.md:280 (cell 6)
 def _update(run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], autocast):
     """One update of the next ``accumulation`` batches; whether an epoch ended on the way."""
     started = time.perf_counter()
@@ -403,7 +398,7 @@ def train(
     return {**summary, "valid": run.last_valid, "finished": run.step >= config.max_steps}
 
 
-# %% book/distributed.md:147 (cell 8)
+# %% book/distributed.md:141 (cell 6)
 def distributed_update_step(
     run: _RunState, network: nn.Module, group: Sequence, autocast=None
 ) -> tuple[float, float, int]:
