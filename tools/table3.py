@@ -96,10 +96,9 @@ def calibrate(args, profile, work: Path) -> int:
     import numpy as np
 
     from transformer_lib.batching import encode_pairs
-    from transformer_lib.book.lengths import pairs_within, trained_lengths
-    from transformer_lib.book.performance import peak_for, training_flops
+    from transformer_lib.book.performance import peak_for
     from transformer_lib.book.recurrent import RecurrentConfig
-    from transformer_lib.book.sweep import run_sweep, sweep_tokenizer
+    from transformer_lib.book.sweep import planned_flops, run_sweep, sweep_tokenizer
     from transformer_lib.book.variations import sweep_variants
     from transformer_lib.data import load_multi30k
 
@@ -143,17 +142,12 @@ def calibrate(args, profile, work: Path) -> int:
             return 1
     train_pairs = load_multi30k("train", args.src, args.tgt, args.data_dir)
     pairs = encode_pairs(tokenizer, train_pairs, profile.max_len)
-    planned = {}  # (max_tokens, seed, steps, length limit) -> the lengths trained on
+    planned = {}  # the lengths trained on, shared by variants with the same batches
     steps = variants[0].training.max_steps
     total_train = total_eval = 0.0
     for v in variants:
         kind = "lstm" if isinstance(v.model, RecurrentConfig) else "transformer"
-        batches = (v.training.max_tokens, v.training.seed, v.training.max_steps)
-        key = (*batches, v.train_max_len)
-        if key not in planned:
-            planned[key] = trained_lengths(pairs_within(pairs, v.train_max_len), *batches)
-        flops = training_flops(v.model, *planned[key])
-        seconds = per_flop[kind] * flops
+        seconds = per_flop[kind] * planned_flops(v, pairs, planned)
         total_train += seconds
         total_eval += eval_s[kind]
         print(f"  {v.name:16s} {seconds + eval_s[kind]:7.0f} s")

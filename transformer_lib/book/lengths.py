@@ -20,11 +20,8 @@ def pairs_within(pairs: Sequence, max_len: int | None) -> list:
 
 def length_buckets(pairs: Sequence, short_len: int) -> dict[str, list[int]]:
     """The indices of the ``pairs`` within ``short_len`` tokens on both sides, and the others."""
-    short = [len(s) <= short_len and len(t) <= short_len for s, t in pairs]
-    return {
-        "short": [i for i, fits in enumerate(short) if fits],
-        "long": [i for i, fits in enumerate(short) if not fits],
-    }
+    short = [i for i, (s, t) in enumerate(pairs) if len(s) <= short_len and len(t) <= short_len]
+    return {"short": short, "long": sorted(set(range(len(pairs))) - set(short))}
 
 
 def bucket_scores(

@@ -109,9 +109,9 @@ class RecurrentTranslator(nn.Module):
 class RecurrentDecoder:
     """The :class:`~transformer_lib.decoding.DecoderState` of a :class:`RecurrentTranslator`."""
 
-    def __init__(self, model: RecurrentTranslator, src: Tensor, src_mask: Tensor | None = None):
+    def __init__(self, model: RecurrentTranslator, src: Tensor):
         self.model = model
-        self.src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
+        self.src_mask = padding_mask(src, model.config.pad_id)
         self.memory, self.state = model.encode(src, self.src_mask)  # (N, S, d), (h, c)
 
     def step(self, tokens: Tensor) -> Tensor:
