@@ -40,7 +40,6 @@ class _OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
         return onednn_linear(x, weight, bias)
 
     @staticmethod
@@ -53,7 +52,7 @@ class _OneDNNLinear(torch.autograd.Function):
         grad_weight = (
             onednn_linear(rows.t().contiguous(), inputs.t().contiguous()) if need_weight else None
         )
-        grad_bias = rows.sum(0) if ctx.has_bias and need_bias else None
+        grad_bias = rows.sum(0) if need_bias else None  # False where bias is None
         return grad_x, grad_weight, grad_bias
 
 
@@ -92,7 +91,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:772 (cell 24)
+# %% book/inference_engine.md:755 (cell 24)
 import weakref
 from functools import partial
 
