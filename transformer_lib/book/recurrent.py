@@ -105,7 +105,6 @@ class RecurrentTranslator(nn.Module):
         return self.generator(outputs)  # (B, T, V_tgt)
 
 
-# %% book/sweep.md:155 (cell 7)
 class RecurrentDecoder:
     """The :class:`~transformer_lib.decoding.DecoderState` of a :class:`RecurrentTranslator`."""
 
