@@ -110,10 +110,10 @@ def _samples_markdown(pairs, translations, bleu: dict) -> str:
     return "\n".join(lines)
 
 
-def _score_splits(model, tokenizer, splits, out: Path, bleu: dict, data_dir, search, progress):
+def _score_splits(model, tokenizer, out: Path, bleu: dict, data_dir, search, progress):
     """Translate, score and write each split into ``bleu["splits"]``; its pairs and translations."""
     src, tgt, limit, translated = bleu["src"], bleu["tgt"], bleu["limit"], {}
-    for split in splits:
+    for split in TEST_SPLITS:
         options = dict(data_dir=data_dir, search=search, limit=limit, progress=progress)
         scores, hypotheses = evaluate_split(model, tokenizer, split, src, tgt, **options)
         name = hypotheses_name(split, tgt)
@@ -166,17 +166,15 @@ def write_report(
     out: Path,
     *,
     data_dir: Path | None = None,
-    splits: Sequence[str] = TEST_SPLITS,
     average: int = 5,
     search: SearchConfig | None = None,
     limit: int | None = None,
     device: str | torch.device | None = None,
-    samples: int = 8,
     manifest: dict | None = None,
     shipped_dtype: torch.dtype | None = None,
     progress: bool = False,
 ) -> dict:
-    """Average the last ``average`` checkpoints, translate each split with ``search`` (default:
+    """Average the last ``average`` checkpoints, translate each test set with ``search`` (default:
     the model's own) and write the report into ``out``; returns ``bleu.json``. ``manifest`` adds
     entries (the commands) to ``manifest.json``."""
     started = time.perf_counter()
@@ -205,11 +203,11 @@ def write_report(
         "limit": limit,
         "splits": {},
     }
-    translated = _score_splits(model, tokenizer, splits, out, bleu, data_dir, search, progress)
+    translated = _score_splits(model, tokenizer, out, bleu, data_dir, search, progress)
     write_json(out / "bleu.json", bleu)
 
-    pairs, hypotheses = translated[splits[0]]
-    text = _samples_markdown(pairs[:samples], hypotheses[:samples], bleu)
+    pairs, hypotheses = translated[TOKENIZED_SPLIT]  # samples.md shows its first 8 sentences
+    text = _samples_markdown(pairs[:8], hypotheses[:8], bleu)
     write_text_atomically(out / "samples.md", text)
     _write_attention(out, model, tokenizer, pairs, hypotheses)
 
