@@ -37,7 +37,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:310 (cell 9)
+# %% book/data_pipeline.md:307 (cell 9)
 import os
 from pathlib import Path
 
