@@ -486,7 +486,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:694 (cell 22)
+# %% book/inference_engine.md:682 (cell 22)
 from transformer_lib import onednn
 
 

@@ -91,7 +91,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:745 (cell 24)
+# %% book/inference_engine.md:733 (cell 24)
 import weakref
 from functools import partial
 
