@@ -180,7 +180,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:367 (cell 12)
+# %% book/command_line.md:368 (cell 12)
 def add_average_command(commands) -> None:
     summary = "average the weights of several checkpoints (paper §6.1)"
     command = add_command(commands, "average", run_average, summary)
@@ -200,7 +200,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:440 (cell 16)
+# %% book/command_line.md:418 (cell 14)
 SEARCH_OPTIONS = {  # each search option's SearchConfig field
     "beam": "beam_size",
     "alpha": "alpha",
@@ -333,7 +333,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:603 (cell 20)
+# %% book/command_line.md:581 (cell 18)
 def add_evaluate_command(commands) -> None:
     summary = "BLEU and chrF of a checkpoint on a Multi30k split (sacreBLEU)"
     command = add_command(commands, "evaluate", run_evaluate, summary)
@@ -386,7 +386,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:680 (cell 24)
+# %% book/command_line.md:658 (cell 22)
 def add_export_command(commands) -> None:
     summary = "write a model in another runtime's format (Hugging Face, ONNX, CTranslate2)"
     command = add_command(commands, "export", run_export, summary)
