@@ -112,7 +112,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:394 (cell 15)
+# %% book/translating.md:392 (cell 15)
 import json
 from collections.abc import Callable
 from functools import partial
