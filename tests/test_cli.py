@@ -411,3 +411,15 @@ def test_train_compile_reaches_the_recipe(tmp_path, monkeypatch, flag, mode):
     argv = ["train", "--profile", "ci", "--src", "de", "--tgt", "en", "--out", str(tmp_path / "r")]
     assert cli.main([*argv, *flag]) == 0
     assert calls[0]["compile_mode"] == mode
+
+
+def test_the_engine_choices_are_the_librarys():
+    """--engine lists its choices itself, so that --help loads no torch: they are the library's."""
+    import argparse
+
+    from transformer_lib import cli, engine
+
+    parser = argparse.ArgumentParser()
+    cli._add_search_options(parser)
+    choices = next(action.choices for action in parser._actions if action.dest == "engine")
+    assert tuple(choices) == engine.ENGINES
