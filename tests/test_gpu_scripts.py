@@ -163,11 +163,11 @@ def test_a_timing_with_wrong_options_says_what_to_change(tmp_path, options, comp
     assert not (tmp_path / "work").exists()
 
 
-def dry_run(step: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    """Run real_run.sh's ``step`` with DRY_RUN=1 (on the CPU, at toy size); it must succeed.
-    Returns the finished process and its $OUT folder."""
+def dry_run(step: str, tmp_path: Path, **settings) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run real_run.sh's ``step`` with DRY_RUN=1 (on the CPU, at toy size) and environment
+    ``settings``; it must succeed. Returns the finished process and its $OUT folder."""
     out, runs = tmp_path / "out", tmp_path / "runs"
-    env = {**os.environ, "OUT": str(out), "RUNS": str(runs), "DRY_RUN": "1"}
+    env = {**os.environ, **settings, "OUT": str(out), "RUNS": str(runs), "DRY_RUN": "1"}
     env["PYTHON"] = sys.executable
     done = subprocess.run(
         ["bash", "tools/gpu/real_run.sh", step], capture_output=True, text=True, cwd=ROOT, env=env
@@ -194,25 +194,31 @@ def test_the_smoke_step_runs_on_a_cpu(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_the_search_step_runs_on_a_cpu(tmp_path):
-    """DRY_RUN=1 runs real_run.sh's search at toy size: every candidate trains in both directions
-    (as processes of their own, side by side), is scored at its last checkpoint and lands in the
-    table, and the results stay out of the repository's results/."""
-    done, out = dry_run("search", tmp_path)
+    """DRY_RUN=1 runs real_run.sh's search at toy size: the candidates that SEARCH_ONLY names (the
+    yardstick and one with a change to the model) train in both directions (as processes of their
+    own, side by side), are scored at their last checkpoint and land in the table, the others are
+    left untrained, and the results stay out of the repository's results/. Every candidate's
+    profile is built, so a change that names no field of the configuration fails here too."""
     import full_search as search
 
+    for name in search.CANDIDATES:
+        search.candidate_profile("ci", name)  # the configurations check their fields
+    searched = ["profile", "layers_3"]
+    done, out = dry_run("search", tmp_path, SEARCH_ONLY=",".join(searched))
     for direction in search.DIRECTIONS:
         folder = out / "ci-search" / direction
         records = [json.loads(line) for line in (folder / "search.jsonl").read_text().splitlines()]
-        assert sorted(r["name"] for r in records) == sorted(search.CANDIDATES)
+        assert sorted(r["name"] for r in records) == sorted(searched)
         for record in records:
             assert record["direction"] == direction
             assert record["end"] == 4 and record["averaged_steps"] == [4]
             assert record["valid_sentences"] == 3 and record["valid_ppl"] > 1
         manifest = json.loads((folder / "manifest.json").read_text())
-        assert manifest["trained_to"] == {name: 4 for name in search.CANDIDATES}
+        expected = {name: 4 if name in searched else 0 for name in search.CANDIDATES}
+        assert manifest["trained_to"] == expected
         assert (manifest["src"], manifest["tgt"]) == tuple(direction.split("-"))
-        assert done.stdout.count(f"{direction} ") >= len(search.CANDIDATES)
-    assert done.stdout.count("<- best") == 2 * len(search.CANDIDATES)
+        assert done.stdout.count(f"{direction} ") >= len(searched)
+    assert done.stdout.count("<- best") == 2 * len(searched)
     assert not (ROOT / "results" / "ci-search").exists()
 
 
