@@ -206,7 +206,7 @@ def write_report(
     translated = _score_splits(model, tokenizer, out, bleu, data_dir, search, progress)
     write_json(out / "bleu.json", bleu)
 
-    pairs, hypotheses = translated[TOKENIZED_SPLIT]  # samples.md shows its first 8 sentences
+    pairs, hypotheses = translated[TEST_SPLITS[0]]  # samples.md shows its first 8 sentences
     text = _samples_markdown(pairs[:8], hypotheses[:8], bleu)
     write_text_atomically(out / "samples.md", text)
     _write_attention(out, model, tokenizer, pairs, hypotheses)
