@@ -42,8 +42,7 @@ class RecurrentConfig:
 
 # %% book/sweep.md:85 (cell 5)
 class RecurrentTranslator(nn.Module):
-    """An LSTM encoder-decoder with attention, called like the :class:`Transformer`: logits
-    (B, T, V_tgt) of src (B, S) and tgt (B, T); ``tgt_mask`` is ignored (a recurrence is causal)."""
+    """An LSTM encoder-decoder with attention, called like the :class:`Transformer`."""
 
     def __init__(self, config: RecurrentConfig):
         super().__init__()
@@ -68,8 +67,7 @@ class RecurrentTranslator(nn.Module):
             self.generator.weight = self.tgt_embeddings.lookup.weight
 
     def encode(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, tuple]:
-        """The memory (B, S, d_model) and the decoder's first state (h, c), each (n_layers, B,
-        d_model): both directions' last states side by side."""
+        """The memory (B, S, d_model) and the decoder's first state: (h, c), both directions'."""
         lengths = src_mask.reshape(len(src), -1).sum(-1).clamp(min=1).cpu()
         x = self.dropout(self.src_embeddings(src))  # (B, S, d_model)
         # Packed, the backward LSTM starts at a sentence's last real token, not at the padding.
@@ -96,7 +94,7 @@ class RecurrentTranslator(nn.Module):
         src: Tensor,
         tgt: Tensor,
         src_mask: Tensor | None = None,
-        tgt_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,  # unused: a recurrence is causal
     ) -> Tensor:
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
