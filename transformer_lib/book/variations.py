@@ -85,8 +85,6 @@ def matching_recurrent(base: TransformerConfig, n_layers: int) -> RecurrentConfi
     return min(candidates[max(i - 1, 0) : i + 1], key=lambda c: abs(parameter_count(c) - target))
 
 
-# What decides every line's scoring and base: sweeps equal in these and in BPE vocabulary may
-# share a results folder.
 _IDENTITY_FIELDS = (
     *("model", "training", "vocab_size", "max_len", "short_len"),
     *("beam_size", "alpha", "valid_sentences"),
@@ -94,7 +92,8 @@ _IDENTITY_FIELDS = (
 
 
 def sweep_identity(profile: SweepProfile | dict) -> dict:
-    """What must be equal for two profiles (or their JSON) to write to one results folder."""
+    """What decides every line's scoring and base: two profiles (or their JSON) equal in it, and in
+    BPE vocabulary, may write to one results folder."""
     if isinstance(profile, SweepProfile):
         profile = jsonable(profile)
     identity = {name: profile.get(name) for name in _IDENTITY_FIELDS}
@@ -124,7 +123,7 @@ def select_variants(variants: Sequence[Variant], wanted: Sequence[str] | None) -
     return [v for v in variants if v.name in wanted or v.row in wanted]
 
 
-# %% book/sweep.md:323 (cell 11)
+# %% book/sweep.md:321 (cell 11)
 def sweep_variants(
     profile: SweepProfile, vocab_size: int, max_steps: int | None = None
 ) -> list[Variant]:
@@ -202,7 +201,7 @@ def sweep_variants(
     return variants
 
 
-# %% book/sweep.md:414 (cell 13)
+# %% book/sweep.md:412 (cell 13)
 SWEEP_PROFILES = {
     "ci": SweepProfile(
         model=TransformerConfig(1000, 1000, d_model=64, d_ff=256, n_heads=4, n_layers=2),
