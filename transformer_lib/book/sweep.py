@@ -244,7 +244,6 @@ def plan_sweep(
     train_pairs = load_multi30k("train", src, tgt, data_dir)  # checks the data before any work
     valid_pairs = load_multi30k("val", src, tgt, data_dir)[: profile.valid_sentences]
     out.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
     tokenizer, _ = sweep_tokenizer(profile, work, src, tgt, train_pairs)
     sha256 = hashlib.sha256(tokenizer.to_json().encode()).hexdigest()
     made = {"src": src, "tgt": tgt, "profile": jsonable(profile), "tokenizer_sha256": sha256}
