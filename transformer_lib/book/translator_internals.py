@@ -44,8 +44,7 @@ def fixed_sizes(config) -> dict[str, int]:
 
 
 def graph_interface(path: str | Path, config) -> list[dict]:
-    """The inputs, then the outputs, of an ONNX graph file (``name``, ``direction``, ``dtype``,
-    ``dims``, ``axes``); a ValueError for a shape other than its :data:`AXES` in ``config``."""
+    """The inputs, then the outputs, of an ONNX graph file; a ValueError for a shape not its AXES."""
     import onnx
 
     graph, sizes, rows = onnx.load(path).graph, fixed_sizes(config), []
@@ -79,7 +78,7 @@ def interface_table(interfaces: dict[str, list[dict]], script: str):
     return table(["name", "type", "axes", "in the file", "in model.js"], rows)
 
 
-# %% book/translator.md:334 (cell 10)
+# %% book/translator.md:333 (cell 10)
 @dataclass
 class RecordingState:
     """A decoder state that passes every call on to ``state`` (an ``OnnxDecoder``) and records it."""
@@ -109,8 +108,7 @@ class RecordingState:
 
 
 def page_pass(graphs, src_ids: list[int], fed: list[int]) -> tuple[object, np.ndarray]:
-    """A fresh one-row state of ``graphs`` fed ``fed`` a token a step, as the heatmap's pass
-    (``Model.crossAttention``) feeds it, and each step's cross-attention (len(fed), N, h, S)."""
+    """A fresh one-row state fed ``fed`` a token a step, and each step's cross-attention (T, N, h, S)."""
     state, rows = graphs.decoder_state(None, torch.tensor([src_ids])), []
     for token in fed:
         state.step(torch.tensor([token]))
@@ -131,7 +129,7 @@ def steps_table(record: RecordingState, label, steps):
     return table(["step", "fed, one a row", "positions in → out", "then select(rows)"], rows, "r")
 
 
-# %% book/translator.md:411 (cell 13)
+# %% book/translator.md:409 (cell 13)
 def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int) -> str:
     """One round trip of beam search's cache around step t, drawn as SVG (see the caption)."""
     c, cell, pitch, top = Canvas(), min(7, 210 // (t + 1)), 44, 34  # a row fits in 210 px
@@ -156,7 +154,7 @@ def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int)
     return c.svg(700, bottom + 6)
 
 
-# %% book/translator.md:513 (cell 18)
+# %% book/translator.md:511 (cell 18)
 def byte_values() -> dict[str, int]:
     """The byte-level alphabet, character -> byte: GPT-2's map of bytes to characters, inverted."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
@@ -164,7 +162,7 @@ def byte_values() -> dict[str, int]:
     return {chr(b): b for b in printable} | {chr(0x100 + n): b for n, b in enumerate(others)}
 
 
-# %% book/translator.md:649 (cell 25)
+# %% book/translator.md:647 (cell 25)
 def measured_models(outdated: dict[str, list[str]]) -> str:
     """What the recorded measurements were made on, in words, given each model's changed inputs."""
     changed = [f"{', '.join(inputs)} of {name}" for name, inputs in outdated.items() if inputs]
