@@ -18,9 +18,7 @@ from transformer_lib.book.significance import PairedBleu, paired_bleu, read_tran
 from transformer_lib.book.tables import code, table
 from transformer_lib.data import load_multi30k
 
-# The axes of every array the graphs take or give; batch, source and past are the graphs' own
-# names for the sizes that vary, the rest are fixed.
-AXES = {
+AXES = {  # the axes of every array the graphs take or give; batch, source and past vary
     "src": ("batch", "source"),
     "tokens": ("batch",),
     "memory": ("batch", "source", "d_model"),
@@ -78,7 +76,7 @@ def interface_table(interfaces: dict[str, list[dict]], script: str):
     return table(["name", "type", "axes", "in the file", "in model.js"], rows)
 
 
-# %% book/translator.md:333 (cell 10)
+# %% book/translator.md:331 (cell 10)
 @dataclass
 class RecordingState:
     """A decoder state that passes every call on to ``state`` (an ``OnnxDecoder``) and records it."""
@@ -129,7 +127,7 @@ def steps_table(record: RecordingState, label, steps):
     return table(["step", "fed, one a row", "positions in → out", "then select(rows)"], rows, "r")
 
 
-# %% book/translator.md:409 (cell 13)
+# %% book/translator.md:407 (cell 13)
 def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int) -> str:
     """One round trip of beam search's cache around step t, drawn as SVG (see the caption)."""
     c, cell, pitch, top = Canvas(), min(7, 210 // (t + 1)), 44, 34  # a row fits in 210 px
@@ -154,7 +152,7 @@ def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int)
     return c.svg(700, bottom + 6)
 
 
-# %% book/translator.md:511 (cell 18)
+# %% book/translator.md:509 (cell 18)
 def byte_values() -> dict[str, int]:
     """The byte-level alphabet, character -> byte: GPT-2's map of bytes to characters, inverted."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
@@ -162,7 +160,7 @@ def byte_values() -> dict[str, int]:
     return {chr(b): b for b in printable} | {chr(0x100 + n): b for n, b in enumerate(others)}
 
 
-# %% book/translator.md:647 (cell 25)
+# %% book/translator.md:645 (cell 25)
 def measured_models(outdated: dict[str, list[str]]) -> str:
     """What the recorded measurements were made on, in words, given each model's changed inputs."""
     changed = [f"{', '.join(inputs)} of {name}" for name, inputs in outdated.items() if inputs]
