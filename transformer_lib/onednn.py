@@ -91,7 +91,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:733 (cell 24)
+# %% book/inference_engine.md:728 (cell 24)
 import weakref
 from functools import partial
 
@@ -110,8 +110,7 @@ class PackedWeights:
         """``weight`` in oneDNN's layout; the plain weight where PyTorch lacks the operator."""
         if self.reorder is None:
             return weight
-        # Known by where its numbers lie, not by the tensor object: a slice such as W^Q of
-        # in_proj is a new tensor at every call. The weight is kept, so the memory stays its own.
+        # By where its numbers lie (W^Q is a new slice at every call); kept, so its memory stays.
         key = (weight.data_ptr(), weight.shape, weight.stride())
         entry = self.packed.get(key)
         if entry is None or entry[0] != weight._version:  # new, or changed in place since
@@ -144,8 +143,7 @@ def require_onednn_weights(model) -> None:
 
 
 def encode_in_groups(encoder, src: Tensor, mask: Tensor, group: int, linear) -> Tensor:
-    """``Encoder.forward`` of ``src`` (n, S) under ``mask`` (n, 1, 1, S), ``group`` sentences at
-    a time, each group cut to its longest, every product by ``linear``: (n, S, d_model)."""
+    """``Encoder.forward``, ``group`` sentences at a time, each group cut to its longest."""
 
     def attention(a, mask: Tensor, h: Tensor) -> Tensor:
         q, k, v = a.project_qkv(h, linear)  # (g, h, S, d_k), (..), (g, h, S, d_v)

@@ -51,8 +51,7 @@ def export_key(model_sha256: dict, served_length: int) -> str:
 
 
 def export_inputs(folder: str | os.PathLike) -> dict[str, str]:
-    """The SHA-256 digests an export is computed from: ``_EXPORT_FILES``' and config.json's
-    ``model`` entry's (``"architecture"``)."""
+    """The SHA-256 of ``_EXPORT_FILES`` and, as ``"architecture"``, of config.json's ``model``."""
     files = json.loads((Path(folder) / "manifest.json").read_text())["shipped_model"]["sha256"]
     architecture = json.loads((Path(folder) / "config.json").read_text())["model"]
     encoded = json.dumps(architecture, sort_keys=True).encode()
