@@ -65,7 +65,6 @@ class MultiHeadAttention(nn.Module):
     Args:
         n_heads: h, which must divide ``d_model``; each head's values are d_model / h wide.
         dropout: on the attention weights, in training only; none by default (§5.4 is silent).
-        bias: whether W^Q, W^K, W^V and W^O have biases.
         d_k: another width for queries and keys (Table 3, row B); None: d_model / h.
         scale: replaces the 1/sqrt(d_k) of the scores (footnote 4), for experiments only.
 

@@ -226,8 +226,7 @@ class KeyValueCache:
         """Keep the rows ``rows`` (N',); with ``room``, the positions held in new tensors one
         position longer, whose last position the next step fills."""
         held = [t[:, :, : self.length] if room else t for t in (self.keys, self.values)]
-        # index_select, not tensor[rows]: the general indexing machinery is slower at copying whole
-        # rows (the chapter on inference engines measures it)
+        # index_select, not tensor[rows]: the chapter on inference engines measures the two
         if not room or self.keys.requires_grad:  # out= keeps no gradient
             self.keys, self.values = (t.index_select(0, rows) for t in held)
             return
@@ -249,8 +248,7 @@ class SourceSide:
         return query, keys, values, self.mask
 
     def select(self, rows: Tensor) -> Tensor | None:
-        """Follow the rows ``rows`` (N',); return which rows of every layer's keys and values to
-        keep (None: all of them, as they are)."""
+        """Follow ``rows`` (N',): the rows of each layer's keys and values to keep (None: all)."""
         self.mask = self.mask.index_select(0, rows)
         return rows
 
@@ -314,19 +312,17 @@ class IncrementalDecoder:
         self.cache.select(rows)
 
 
-# %% book/translating.md:61 (cell 4)
+# %% book/translating.md:60 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
-    """How translations are searched (§6.1); the defaults are the paper's.
+    """How translations are searched (§6.1); the defaults are the paper's; a setting out of range
+    raises :class:`ConfigError`.
 
     Attributes:
         beam_size (int): the beams kept for each sentence; 1: greedy search.
         alpha (float): the length penalty's exponent (Wu et al., 2016); 0: no penalty.
         extra_length (int): an output may be this many tokens longer than its input.
-        batch_size (int): sentences searched together (larger: less time in the interpreter).
-
-    Raises:
-        ConfigError: ``beam_size`` or ``batch_size`` below 1, negative ``alpha`` or ``extra_length``.
+        batch_size (int): sentences searched together.
     """
 
     beam_size: int = 4
@@ -353,7 +349,7 @@ def model_search(model) -> SearchConfig:
     return record.search if record is not None else SearchConfig()
 
 
-# %% book/translating.md:128 (cell 7)
+# %% book/translating.md:124 (cell 7)
 class SentenceSide(SourceSide):
     """The encoder side once per sentence: the source mask ``mask`` (n, 1, 1, S) and every
     layer's keys and values have a row per sentence, which its k rows read in place."""
@@ -389,7 +385,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:201 (cell 11)
+# %% book/translating.md:195 (cell 11)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -428,8 +424,7 @@ def translate(
     Args:
         model: a :class:`~transformer_lib.model.Transformer`, or a model ``decoder_state`` drives.
         tokenizer: the :class:`~transformer_lib.tokenizer.BPETokenizer` of ``model``'s run.
-        search: the search's settings; None: the model's own, else §6.1's.
-        progress: show a tqdm bar over the batches.
+        search: None: the model's own, else §6.1's.
         decoder_state: ``decoder_state(model, src (N, S))`` starts the searches'
             :class:`DecoderState`; None: the fastest for the weights.
 
@@ -486,7 +481,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:682 (cell 22)
+# %% book/inference_engine.md:677 (cell 22)
 from transformer_lib import onednn
 
 

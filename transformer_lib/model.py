@@ -19,10 +19,10 @@ from transformer_lib.errors import ConfigError
 @dataclass(frozen=True)
 class TransformerConfig:
     """The model's sizes and choices, with the paper's names (§3, Table 3); the presets
-    ``base()`` and ``big()`` are the paper's two models, with changes as keywords.
+    ``base()`` and ``big()`` are the paper's two models, with changes as keywords. A config that
+    cannot build a model raises :class:`ConfigError`, naming the field that is wrong and why.
 
     Attributes:
-        src_vocab_size (int): the size of the source vocabulary.
         tgt_vocab_size (int): the size of the target vocabulary, V_tgt.
         d_model (int): the width of every layer's input and output.
         d_ff (int): the hidden width of the feed-forward networks (§3.3).
@@ -36,9 +36,6 @@ class TransformerConfig:
         max_len (int): the longest sequence the positional encoding covers.
         key_size (int | None): d_k of queries and keys (Table 3, row B); None: d_model / h.
         feed_forward (bool): False: layers without the FFN sub-layer (not the paper's model).
-
-    Raises:
-        ConfigError: when made, if it cannot build a model, saying which field is wrong and why.
     """
 
     src_vocab_size: int
@@ -86,7 +83,7 @@ class TransformerConfig:
         return cls(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **{**sizes, **changes})
 
 
-# %% book/model.md:202 (cell 11)
+# %% book/model.md:199 (cell 11)
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (§3.3) at every position: (..., d_model) -> same."""
 
@@ -99,7 +96,7 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear_2(torch.relu(self.linear_1(x)))
 
 
-# %% book/model.md:245 (cell 15)
+# %% book/model.md:242 (cell 15)
 class Embeddings(nn.Module):
     """Token embeddings multiplied by sqrt(d_model) (§3.4). (B, L) int64 -> (B, L, d_model)."""
 
@@ -113,7 +110,7 @@ class Embeddings(nn.Module):
         return self.lookup(tokens) * self.scale
 
 
-# %% book/model.md:286 (cell 19)
+# %% book/model.md:283 (cell 19)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5), float32."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
@@ -124,7 +121,7 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-# %% book/model.md:308 (cell 21)
+# %% book/model.md:305 (cell 21)
 class PositionalEncoding(nn.Module):
     """Positions added to (B, L, d_model) embeddings, then dropout; ``positions`` (B, L): packed."""
 
@@ -153,7 +150,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:435 (cell 29)
+# %% book/model.md:432 (cell 29)
 class EncoderLayer(nn.Module):
     """Self-attention, then the FFN, each a residual sub-layer (§3.1): (B, S, d_model) -> same."""
 
@@ -205,7 +202,7 @@ def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:525 (cell 33)
+# %% book/model.md:522 (cell 33)
 class Stack(nn.Module):
     """Embeddings, positions, N layers of class ``layer``, pre-LN a last LayerNorm (§3.1)."""
 
