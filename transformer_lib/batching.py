@@ -107,7 +107,7 @@ def plan_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:443 (cell 13)
+# %% book/data_pipeline.md:440 (cell 13)
 def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int) -> None:
     """Refuse, saying why, a pair that no batch of ``max_tokens`` can hold."""
     for index, (s, t) in enumerate(lengths):
@@ -135,7 +135,6 @@ def make_batches(
         pairs: ``(source ids, target ids)`` without special tokens (:func:`encode_pairs`).
         max_tokens: the budget of each of a batch's padded tensors, B * S and B * T.
         seed: with ``epoch``, decides the batches' members and order.
-        rank: this process, 0 <= rank < world_size.
 
     Raises:
         DataError: a bad ``rank`` or ``world_size``, fewer pairs than processes, or a pair over

@@ -185,11 +185,10 @@ def load_multi30k(
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> list[tuple[str, str]]:
-    """The stripped sentence pairs ``(source, target)`` of one Multi30k task 1 split (one of
-    ``SPLITS``), ``src`` and ``tgt`` ``"de"`` and ``"en"`` in either order, read from
-    ``data_dir``, else ``$TRANSFORMER_LIB_DATA`` (both never written to), else ``cache_dir``
-    (``cache_folder("multi30k")``), downloaded there when missing; gzipped files must be the
-    published ones.
+    """The stripped sentence pairs ``(source, target)`` of one Multi30k task 1 split (of
+    ``SPLITS``; ``src``, ``tgt``: ``"de"`` and ``"en"`` in either order) from ``data_dir``, else
+    ``$TRANSFORMER_LIB_DATA`` (never written to), else ``cache_dir`` (``cache_folder("multi30k")``),
+    downloading what it lacks; a gzipped file must be the published one.
 
     Raises:
         DataError: an unknown split or language, files of different lengths, or unreadable.

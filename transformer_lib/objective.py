@@ -61,8 +61,7 @@ class TrainingConfig:
         seed (int): seeds Python, NumPy and PyTorch (plus the rank, for dropout).
         bf16 (bool): bf16 autocast on CUDA; the CPU always trains in float32.
         products (str | None): ``"onednn"``: a CPU's linear layers by oneDNN (chapter Performance).
-        compile (str | None): a ``torch.compile`` mode for the updates (same arithmetic to
-            rounding; ``"reduce-overhead"`` needs a ``length_bucket``); None: eager.
+        compile (str | None): a ``torch.compile`` mode for the updates; None: eager.
         packing (str | None): ``"masks"`` or ``"flex"``: sentences end to end, no padding, the
             same loss (chapter The training loop); None: padded batches.
         length_bucket (int | None): packed rows rounded up to a multiple: few shapes to compile.
@@ -115,7 +114,7 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:410 (cell 23)
+# %% book/training.md:409 (cell 23)
 def backward_batch(
     network: nn.Module, batch, divisor: float, config: TrainingConfig, pad_id: int, autocast=None
 ) -> tuple[float, float]:

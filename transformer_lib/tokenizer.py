@@ -37,7 +37,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:307 (cell 9)
+# %% book/data_pipeline.md:305 (cell 9)
 import os
 from pathlib import Path
 
@@ -74,9 +74,8 @@ class BPETokenizer:
     def train(
         cls, sentences: Iterable[str], vocab_size: int = VOCAB_SIZE, min_frequency: int = 2
     ) -> "BPETokenizer":
-        """A vocabulary of ``vocab_size`` symbols (special tokens and bytes included) learned by
-        :func:`learn_bpe` from ``sentences`` of both languages (§5.1), merging no pair seen fewer
-        than ``min_frequency`` times; DataError if too small for the special tokens and bytes."""
+        """A vocabulary of ``vocab_size`` symbols (special tokens and bytes included) learned from
+        ``sentences`` of both languages (§5.1); DataError if too small for the tokens and bytes."""
         smallest = len(SPECIAL_TOKENS) + len(BYTE_ALPHABET)
         if vocab_size < smallest:
             raise DataError(f"vocab_size must be at least {smallest}, got {vocab_size}")
