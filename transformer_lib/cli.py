@@ -180,7 +180,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:368 (cell 12)
+# %% book/command_line.md:366 (cell 12)
 def add_average_command(commands) -> None:
     summary = "average the weights of several checkpoints (paper §6.1)"
     command = add_command(commands, "average", run_average, summary)
@@ -200,7 +200,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:418 (cell 14)
+# %% book/command_line.md:416 (cell 14)
 SEARCH_OPTIONS = {  # each search option's SearchConfig field
     "beam": "beam_size",
     "alpha": "alpha",
@@ -267,8 +267,7 @@ def check_device(device: str | None) -> str:
 
 
 def _load(args: argparse.Namespace):
-    """The model, tokenizer and run of ``--checkpoint`` or ``--model``, and what was loaded; the
-    options are checked before anything loads."""
+    """Check the options, then load ``--checkpoint``/``--model``: model, tokenizer, run, source."""
     _search(args)
     if args.quantize is not None and args.engine != "ctranslate2":
         raise UsageError(
@@ -333,7 +332,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:581 (cell 18)
+# %% book/command_line.md:578 (cell 18)
 def add_evaluate_command(commands) -> None:
     summary = "BLEU and chrF of a checkpoint on a Multi30k split (sacreBLEU)"
     command = add_command(commands, "evaluate", run_evaluate, summary)
@@ -386,7 +385,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:658 (cell 22)
+# %% book/command_line.md:655 (cell 22)
 def add_export_command(commands) -> None:
     summary = "write a model in another runtime's format (Hugging Face, ONNX, CTranslate2)"
     command = add_command(commands, "export", run_export, summary)

@@ -39,13 +39,9 @@ class ModelNotFoundError(TransformerLibError, FileNotFoundError):
 
 @dataclass(frozen=True)
 class ModelRecord:
-    """What a trained model carries besides its weights, as ``model.record`` (set by
-    :func:`load_pretrained` and ``load_translator``).
-
-    Attributes:
-        search (SearchConfig): the search ``translate`` uses when given none.
-        run (dict): the run that trained it (``src``, ``tgt``, ``profile``, ...), or empty.
-    """
+    """What a loaded model carries besides its weights, as ``model.record``: ``search``, the
+    search ``translate`` uses when given none, and ``run``, the run that trained it (``src``,
+    ``tgt``, ``profile``, ...) or empty."""
 
     search: SearchConfig = SearchConfig()
     run: dict = field(default_factory=dict)
@@ -62,7 +58,7 @@ def unique_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
-# %% book/shipped_models.md:383 (cell 10)
+# %% book/shipped_models.md:379 (cell 10)
 def save_pretrained(
     model: Transformer,
     tokenizer: BPETokenizer,
@@ -72,16 +68,14 @@ def save_pretrained(
     search: SearchConfig | None = None,
 ) -> dict:
     """Write ``model.safetensors``, ``config.json`` and ``tokenizer.json`` into ``folder``, each
-    atomically, and record their SHA-256 under ``shipped_model`` in its ``manifest.json``.
+    atomically, and their SHA-256 under ``shipped_model`` in its ``manifest.json``; return that
+    entry (``format``, ``dtype``, ``sha256``).
 
     Args:
-        config: the run's ``config.json`` as a dict (its ``model`` entry, if any, ``model``'s).
-        dtype: a floating-point type to store the weights in (``torch.float16`` halves the
-            file; loading gives float32 back); None: the model's own.
-        search: the search ``model.record.search`` gets once loaded; None: the model's own.
-
-    Returns:
-        The ``shipped_model`` entry: ``format``, ``dtype`` and ``sha256`` (name -> digest).
+        config: the run's ``config.json`` as a dict.
+        dtype: the stored weights' floating-point type (``torch.float16`` halves the file;
+            loading gives float32 back); None: the model's own.
+        search: ``model.record.search`` once loaded; None: the model's own.
 
     Raises:
         PretrainedError: a ``config`` of another model, or a ``dtype`` not floating-point.
@@ -115,7 +109,7 @@ def save_pretrained(
     return entry
 
 
-# %% book/shipped_models.md:443 (cell 12)
+# %% book/shipped_models.md:437 (cell 12)
 def available_models() -> list[str]:
     """The shipped models' names and the model folders in this checkout's ``results/``."""
     in_results = [p.parent.name for p in RESULTS.glob("*/model.safetensors")]
@@ -161,7 +155,7 @@ def model_folder(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-# %% book/shipped_models.md:490 (cell 13)
+# %% book/shipped_models.md:484 (cell 13)
 def verify_model_folder(folder: Path) -> dict:
     """Check a model folder's files against its manifest; return its parsed ``config.json``."""
     for name in (*MODEL_FILES, "manifest.json"):
@@ -196,9 +190,8 @@ def load_pretrained(
     name_or_path: str | os.PathLike, device: str | torch.device = "cpu"
 ) -> tuple[Transformer, BPETokenizer]:
     """A shipped model (``"multi30k-de-en-laptop"``) or a folder :func:`save_pretrained` wrote,
-    and its tokenizer, once every file matches ``manifest.json``'s checksums and the tensors the
-    configuration. The model is in float32 and eval mode on ``device``, with ``model.record`` (a
-    :class:`ModelRecord`: the run, and the search ``translate`` uses when given none).
+    and its tokenizer, once the files match ``manifest.json``'s checksums and the tensors the
+    configuration: float32, eval mode, on ``device``, with ``model.record`` (:class:`ModelRecord`).
 
     Raises:
         ModelNotFoundError: no such model, or a file missing (a ``FileNotFoundError``).
@@ -237,7 +230,7 @@ def load_pretrained(
     return model.to(device).eval(), tokenizer
 
 
-# %% book/shipped_models.md:577 (cell 15)
+# %% book/shipped_models.md:570 (cell 15)
 import shutil
 
 from transformer_lib.data import ChecksumError, download

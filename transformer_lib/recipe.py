@@ -174,8 +174,7 @@ def _run_tokenizer(path: Path, train_pairs: list, vocab_size: int) -> BPETokeniz
 
 
 def _shared_out(training: TrainingConfig, world: int, name: str) -> TrainingConfig:
-    """``max_tokens`` shared out among ``world`` processes, so that an update holds the profile's
-    tokens whatever their number, as its learning-rate schedule was set for."""
+    """``max_tokens`` shared out among ``world`` processes: an update keeps the profile's tokens."""
     if world == 1:
         return training
     if training.max_tokens % world:
@@ -186,7 +185,7 @@ def _shared_out(training: TrainingConfig, world: int, name: str) -> TrainingConf
     return dataclasses.replace(training, max_tokens=training.max_tokens // world)
 
 
-# %% book/recipe.md:227 (cell 5)
+# %% book/recipe.md:226 (cell 5)
 def train_translation(
     profile: str | Profile,
     src: str,
@@ -204,24 +203,20 @@ def train_translation(
     progress: bool = True,
 ) -> dict:
     """Train a ``src`` -> ``tgt`` model with a profile into ``out`` (``config.json``,
-    ``metrics.jsonl``, ``tokenizer.json``, ``checkpoints/``), on Multi30k or the reader's files.
+    ``metrics.jsonl``, ``tokenizer.json``, ``checkpoints/``), on Multi30k or the reader's files;
+    return :func:`~transformer_lib.training.train`'s summary.
 
     Args:
         profile: ``"ci"``, ``"laptop"`` or ``"full"`` (``PROFILES``), or a ``Profile``.
-        data_dir: a folder holding the Multi30k files (:func:`~transformer_lib.data.load_multi30k`).
-        corpus: a ``ParallelCorpus`` to train on instead of Multi30k.
         resume: continue the run from ``out/checkpoints/last.pt``.
         max_steps, seed, compile_mode: replace the profile's updates, seed, ``torch.compile`` mode.
         time_limit: seconds after which this call stops, with a checkpoint to resume from.
-        device: where to train; None: CUDA if available, else the CPU.
-
-    Returns:
-        The summary of :func:`~transformer_lib.training.train` (``step``, ``valid``, ...).
+        device: None: CUDA if available, else the CPU.
 
     Raises:
         RecipeError: an unknown profile, one language twice, ``out`` holding a run without
             ``resume`` or not writable, the wrong number of processes.
-        ConfigError: ``max_steps`` below 1 (``TrainingConfig`` refuses it).
+        ConfigError: ``max_steps`` below 1.
         FileNotFoundError: ``resume`` without ``out/checkpoints/last.pt``.
         DataError: data that cannot be read, or no training pair short enough.
         CheckpointError: a run to resume that was written with other settings.
@@ -280,7 +275,7 @@ def train_translation(
     return train(model, batches, training, out, validation, options)
 
 
-# %% book/recipe.md:363 (cell 9)
+# %% book/recipe.md:358 (cell 9)
 def library_hash() -> str:
     """A hash of the library's modules, the identity of the code that trains a run; the book's
     machinery and the tangle's ``# %%`` markers, which train nothing, are left out."""
