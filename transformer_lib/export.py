@@ -101,8 +101,7 @@ def _quiet(logger_name: str):
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(action="ignore"):
             yield
     finally:
         logger.setLevel(level)
@@ -160,7 +159,7 @@ def export_graphs(
         program.save(folder / name, external_data=False)
 
 
-# %% book/export.md:240 (cell 6)
+# %% book/export.md:239 (cell 6)
 def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None:
     """Write ``source`` with 8-bit unsigned weights (dynamic quantization, QUInt8) to ``target``."""
     import onnx
@@ -182,7 +181,7 @@ def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None
         quantize_dynamic(model, target, weight_type=QuantType.QUInt8)
 
 
-# %% book/export.md:269 (cell 8)
+# %% book/export.md:268 (cell 8)
 class OnnxDecoder:
     """A decoder state that runs the two graphs on ``src`` (N, S), keeping ``cross_attention``."""
 
