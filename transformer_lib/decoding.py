@@ -351,8 +351,7 @@ def model_search(model) -> SearchConfig:
 
 # %% book/translating.md:124 (cell 7)
 class SentenceSide(SourceSide):
-    """The encoder side once per sentence: the source mask ``mask`` (n, 1, 1, S) and every
-    layer's keys and values have a row per sentence, which its k rows read in place."""
+    """The encoder side (``mask`` (n, 1, 1, S), keys, values) once per sentence, for its k rows."""
 
     def __init__(self, mask: Tensor):
         super().__init__(mask)
@@ -385,7 +384,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:195 (cell 11)
+# %% book/translating.md:194 (cell 11)
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -459,8 +458,7 @@ def translate(
 
 
 def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=False) -> list[str]:
-    """The translations of ``sentences`` by ``search_batch(sources, search)``, token ids (without
-    ``</s>``) to output ids, on batches of similar lengths, under ``translate``'s rules."""
+    """``translate``'s batches and rules around ``search_batch``: ids without ``</s>`` to ids."""
     encoded = tokenizer.encode_batch(list(sentences))
     for number, ids in enumerate(encoded):
         if len(ids) + 1 > limit:

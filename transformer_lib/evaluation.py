@@ -34,7 +34,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:299 (cell 13)
+# %% book/translating.md:297 (cell 13)
 from transformer_lib.training import RESUMABLE_CHANGES
 
 
@@ -108,7 +108,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:380 (cell 15)
+# %% book/translating.md:378 (cell 15)
 import json
 from collections.abc import Callable
 from functools import partial
@@ -153,9 +153,8 @@ def corpus_scores(
 def load_translator(
     path: Path, device: str | torch.device = "cpu"
 ) -> tuple[Transformer, BPETokenizer, dict]:
-    """The model (in eval mode, on ``device``), tokenizer and checkpoint dict of a checkpoint
-    written by ``train_translation`` or ``average_checkpoints``. ``model.record`` holds the search
-    the checkpoint records (its profile's, else §6.1's) and the run's description."""
+    """The model (in eval mode, on ``device``), tokenizer and dict of a checkpoint that training
+    or ``average_checkpoints`` wrote; ``model.record`` holds its search and run."""
     checkpoint = load_checkpoint(Path(path), map_location=device)
     model_config = checkpoint.get("config", {}).get("model")
     if model_config is None or "tokenizer" not in checkpoint:
@@ -215,8 +214,7 @@ def evaluate_split(
 
 
 def save_evaluation(scores: dict, hypotheses: list[str], path: Path) -> Path:
-    """Write ``scores`` as JSON to ``path`` and the hypotheses, one a line, beside it
-    (``.hyp.txt`` instead of ``.json``); returns the hypotheses' path."""
+    """Write ``scores`` as JSON to ``path``, the hypotheses beside it (``.hyp.txt``); their path."""
     hypotheses_path = Path(path).with_suffix(".hyp.txt")
     write_text_atomically(hypotheses_path, "".join(line + "\n" for line in hypotheses))
     record = {**scores, "hypotheses": hypotheses_path.name}

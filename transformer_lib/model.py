@@ -246,9 +246,8 @@ class Decoder(Stack):
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of Figure 1 (§3), built from ``config``.
 
-    An ``encoder``, a ``decoder`` and the pre-softmax projection ``generator``, tied as
-    ``config.tie_embeddings`` says (§3.4). Matrices start Xavier-uniform, biases at zero, token
-    embeddings from N(0, 1 / d_model).
+    An ``encoder``, a ``decoder`` and the pre-softmax ``generator``, tied as ``tie_embeddings``
+    says (§3.4); matrices start Xavier-uniform, biases at zero, embeddings from N(0, 1 / d_model).
 
     Shape: B the batch, S and T the source and target lengths (padding included), V_tgt
     ``config.tgt_vocab_size``.
@@ -308,7 +307,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
 
 
-# %% book/command_line.md:701 (cell 24)
+# %% book/command_line.md:698 (cell 24)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 
