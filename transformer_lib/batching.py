@@ -107,7 +107,7 @@ def plan_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-# %% book/data_pipeline.md:440 (cell 13)
+# %% book/data_pipeline.md:439 (cell 13)
 def check_plan(lengths: Sequence[tuple[int, int]], max_tokens: int) -> None:
     """Refuse, saying why, a pair that no batch of ``max_tokens`` can hold."""
     for index, (s, t) in enumerate(lengths):
