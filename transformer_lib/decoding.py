@@ -312,7 +312,7 @@ class IncrementalDecoder:
         self.cache.select(rows)
 
 
-# %% book/translating.md:60 (cell 4)
+# %% book/translating.md:59 (cell 4)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's; a setting out of range
@@ -349,7 +349,7 @@ def model_search(model) -> SearchConfig:
     return record.search if record is not None else SearchConfig()
 
 
-# %% book/translating.md:124 (cell 7)
+# %% book/translating.md:123 (cell 7)
 class SentenceSide(SourceSide):
     """The encoder side (``mask`` (n, 1, 1, S), keys, values) once per sentence, for its k rows."""
 
@@ -384,7 +384,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side = SentenceSide
 
 
-# %% book/translating.md:194 (cell 11)
+# %% book/translating.md:193 (cell 11)
 import warnings
 from collections.abc import Callable, Sequence
 
