@@ -180,7 +180,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:366 (cell 12)
+# %% book/command_line.md:365 (cell 12)
 def add_average_command(commands) -> None:
     summary = "average the weights of several checkpoints (paper §6.1)"
     command = add_command(commands, "average", run_average, summary)
@@ -200,13 +200,9 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:416 (cell 14)
-SEARCH_OPTIONS = {  # each search option's SearchConfig field
-    "beam": "beam_size",
-    "alpha": "alpha",
-    "extra_length": "extra_length",
-    "batch_size": "batch_size",
-}
+# %% book/command_line.md:414 (cell 14)
+# Each search option's SearchConfig field: the option's own name, but for --beam.
+SEARCH_OPTIONS = {"beam": "beam_size", **{f: f for f in ("alpha", "extra_length", "batch_size")}}
 
 
 def _add_search_options(command) -> None:
@@ -332,7 +328,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:578 (cell 18)
+# %% book/command_line.md:572 (cell 18)
 def add_evaluate_command(commands) -> None:
     summary = "BLEU and chrF of a checkpoint on a Multi30k split (sacreBLEU)"
     command = add_command(commands, "evaluate", run_evaluate, summary)
@@ -385,7 +381,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:655 (cell 22)
+# %% book/command_line.md:649 (cell 22)
 def add_export_command(commands) -> None:
     summary = "write a model in another runtime's format (Hugging Face, ONNX, CTranslate2)"
     command = add_command(commands, "export", run_export, summary)
