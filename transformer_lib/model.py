@@ -307,7 +307,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
 
 
-# %% book/command_line.md:698 (cell 24)
+# %% book/command_line.md:692 (cell 24)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 
