@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
+from transformer_lib.book.runs import library_hash
 from transformer_lib.provenance import device_name, environment, write_text_atomically
-from transformer_lib.recipe import library_hash
 
 ROOT = (
     Path(__file__).resolve().parent.parent

@@ -64,6 +64,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from transformer_lib.book.report import hypotheses_name
+from transformer_lib.book.runs import cached_run
 from transformer_lib.data import load_multi30k
 from transformer_lib.decoding import (
     GREEDY,
@@ -79,7 +80,6 @@ from transformer_lib.marian import require_transformers, save_huggingface
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.pretrained import load_pretrained, model_folder, sha256
 from transformer_lib.provenance import write_text_atomically
-from transformer_lib.recipe import cached_run
 from transformer_lib.tokenizer import VOCAB_SIZE, BPETokenizer
 
 BATCH_SIZES = (32, 64, 128, 256, 512)

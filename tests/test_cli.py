@@ -42,7 +42,7 @@ def test_importing_the_package_is_light():
 
 
 def test_every_module_imports_where_there_is_no_fcntl(tmp_path):
-    """Windows has no ``fcntl``: importing the library must not need it (recipe's lock is lazy)."""
+    """Windows has no ``fcntl``: importing the library must not need it (the run cache's lock is lazy)."""
     code = f"""
 import importlib, importlib.util, pkgutil, sys
 from pathlib import Path
@@ -55,7 +55,7 @@ import transformer_lib
 names = [m.name for m in pkgutil.iter_modules(transformer_lib.__path__) if m.name != "__main__"]
 for name in names:
     importlib.import_module("transformer_lib." + name)
-from transformer_lib.recipe import _exclusive
+from transformer_lib.book.runs import _exclusive
 with _exclusive(Path({str(tmp_path / "lock")!r})):
     pass
 print(len(names))

@@ -13,17 +13,21 @@ import onnx
 import pytest
 import torch
 
-from transformer_lib.book.translator_page import PAGE_MODELS, export_key, export_page_models
+from transformer_lib.book.inspection import attention_maps
+from transformer_lib.book.translator_page import (
+    PAGE_MODELS,
+    export_key,
+    export_page_models,
+    quantize_graph,
+)
 from transformer_lib.decoding import GREEDY, IncrementalDecoder, SearchConfig, translate
 from transformer_lib.export import (
     GRAPHS,
     ExportError,
     OnnxGraphs,
     export_graphs,
-    quantize_graph,
     serving_copy,
 )
-from transformer_lib.inspection import attention_maps
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.pretrained import save_pretrained
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer

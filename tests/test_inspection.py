@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transformer_lib.attention import padding_mask
-from transformer_lib.inspection import KINDS, attention_maps, attention_records
+from transformer_lib.book.inspection import KINDS, attention_maps, attention_records
 from transformer_lib.model import Transformer, TransformerConfig
 
 PAD = 0

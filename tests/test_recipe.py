@@ -1,4 +1,4 @@
-"""The run cache, ``recipe.cached_run``: a run is trained once per profile, languages and library
+"""The run cache, ``book.runs.cached_run``: a run is trained once per profile, languages and library
 hash, found again without training, and an interrupted one is finished.
 
 A tiny profile on the first few hundred Multi30k pairs keeps each training to a few seconds.
@@ -15,6 +15,7 @@ from helpers import MULTI30K, require_multi30k
 
 import transformer_lib
 from transformer_lib import recipe
+from transformer_lib.book import runs
 from transformer_lib.checkpoints import CheckpointError, load_checkpoint
 from transformer_lib.data import load_multi30k
 from transformer_lib.model import TransformerConfig
@@ -55,19 +56,19 @@ def tiny(monkeypatch, tmp_path):
     """The ``tiny`` profile, a runs folder under tmp_path, and a library hash the test sets."""
     monkeypatch.setitem(recipe.PROFILES, "tiny", TINY)
     monkeypatch.setenv("TRANSFORMER_LIB_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setattr(recipe, "library_hash", lambda: "0123456789abcdef")
+    monkeypatch.setattr(runs, "library_hash", lambda: "0123456789abcdef")
     return tmp_path / "runs"
 
 
 def count_trainings(monkeypatch) -> list[dict]:
     """Record the keyword arguments of every call of ``train_translation`` (which still trains)."""
-    calls, original = [], recipe.train_translation
+    calls, original = [], runs.train_translation
 
     def counted(*args, **kwargs):
         calls.append(kwargs)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(recipe, "train_translation", counted)
+    monkeypatch.setattr(runs, "train_translation", counted)
     return calls
 
 
@@ -78,7 +79,7 @@ def steps(run: Path) -> int:
 @needs_data
 def test_the_first_call_trains_and_the_second_finds_the_run(tiny, data_dir, monkeypatch):
     calls = count_trainings(monkeypatch)
-    run = recipe.cached_run("tiny", "de", "en", data_dir=data_dir)
+    run = runs.cached_run("tiny", "de", "en", data_dir=data_dir)
     assert run == tiny / "tiny-de-en-0123456789abcdef"
     assert steps(run) == TINY.training.max_steps
     assert len(calls) == 1 and calls[0]["resume"] is False
@@ -87,21 +88,21 @@ def test_the_first_call_trains_and_the_second_finds_the_run(tiny, data_dir, monk
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(recipe, "train_translation", no_training)
-    assert recipe.cached_run("tiny", "de", "en", data_dir=data_dir, runs_dir=tiny) == run
+    monkeypatch.setattr(runs, "train_translation", no_training)
+    assert runs.cached_run("tiny", "de", "en", data_dir=data_dir, runs_dir=tiny) == run
     assert (run / "checkpoints" / "last.pt").stat().st_mtime_ns == before
 
 
 @needs_data
 def test_another_library_hash_is_another_run(tiny, data_dir, monkeypatch):
     calls = count_trainings(monkeypatch)
-    first = recipe.cached_run("tiny", "de", "en", data_dir=data_dir)
-    monkeypatch.setattr(recipe, "library_hash", lambda: "fedcba9876543210")
-    second = recipe.cached_run("tiny", "de", "en", data_dir=data_dir)
+    first = runs.cached_run("tiny", "de", "en", data_dir=data_dir)
+    monkeypatch.setattr(runs, "library_hash", lambda: "fedcba9876543210")
+    second = runs.cached_run("tiny", "de", "en", data_dir=data_dir)
     assert second != first and second.name == "tiny-de-en-fedcba9876543210"
     assert len(calls) == 2 and steps(second) == TINY.training.max_steps
     # The languages are part of the key too.
-    third = recipe.cached_run("tiny", "en", "de", data_dir=data_dir)
+    third = runs.cached_run("tiny", "en", "de", data_dir=data_dir)
     assert third.name == "tiny-en-de-fedcba9876543210" and len(calls) == 3
 
 
@@ -113,7 +114,7 @@ def test_an_interrupted_run_is_finished(tiny, data_dir, monkeypatch):
     )
     assert steps(run) == 2
     calls = count_trainings(monkeypatch)
-    assert recipe.cached_run("tiny", "de", "en", data_dir=data_dir) == run
+    assert runs.cached_run("tiny", "de", "en", data_dir=data_dir) == run
     assert [call["resume"] for call in calls] == [True]
     assert steps(run) == TINY.training.max_steps
 
@@ -145,16 +146,16 @@ def test_a_resume_with_another_model_or_language_pair_is_refused(
 def test_the_tests_never_train_into_the_users_cache():
     """conftest.py names the session's runs folder (unless the caller did): a chapter or a test
     that calls cached_run without a runs_dir trains there, never in ~/.cache."""
-    runs = recipe.cache_folder("runs", "TRANSFORMER_LIB_RUNS")  # where cached_run trains
-    assert runs == Path(os.environ["TRANSFORMER_LIB_RUNS"])
+    folder = runs.cache_folder("runs", "TRANSFORMER_LIB_RUNS")  # where cached_run trains
+    assert folder == Path(os.environ["TRANSFORMER_LIB_RUNS"])
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer_lib"
-    assert runs != cache / "runs"
+    assert folder != cache / "runs"
     assert os.environ["TRANSFORMER_LIB_DATA"]  # the data is read, never downloaded into the cache
 
 
 def test_an_unknown_profile_names_the_choices(tiny):
     with pytest.raises(ValueError, match="unknown profile 'huge'") as error:
-        recipe.cached_run("huge", "de", "en")
+        runs.cached_run("huge", "de", "en")
     assert all(name in str(error.value) for name in recipe.PROFILES)
     assert not tiny.exists()  # refused before anything was made
 
@@ -173,32 +174,32 @@ def library_copy(tmp_path, monkeypatch) -> Path:
 def test_the_library_hash_follows_the_source(library_copy):
     """The real ``library_hash`` (not the fixture's) changes when any module's source does."""
     copy = library_copy
-    before = recipe.library_hash()
-    assert before == recipe.library_hash()
+    before = runs.library_hash()
+    assert before == runs.library_hash()
     model = copy / "model.py"
     model.write_text(model.read_text(encoding="utf-8") + "\n# a comment\n", encoding="utf-8")
-    assert recipe.library_hash() != before
+    assert runs.library_hash() != before
 
 
 def test_the_library_hash_ignores_the_books_machinery(library_copy):
     """A chart or a table edited in the book retrains no cached run: only the library's own
     modules identify the code that trains, not ``transformer_lib.book``."""
-    before = recipe.library_hash()
+    before = runs.library_hash()
     charts = library_copy / "book" / "charts.py"
     charts.write_text(charts.read_text(encoding="utf-8") + "\n# a comment\n", encoding="utf-8")
-    assert recipe.library_hash() == before
+    assert runs.library_hash() == before
 
 
 def test_the_library_hash_ignores_the_tangles_line_markers(library_copy):
     """Prose moved in a chapter shifts the markers of the cells below it, not the code."""
     copy = library_copy
-    before = recipe.library_hash()
+    before = runs.library_hash()
     model = copy / "model.py"
     text = model.read_text(encoding="utf-8")
     assert "\n# %% book/" in text
     model.write_text(re.sub(r"(# %% book/\S+\.md:)(\d+)", r"\g<1>9\2", text), encoding="utf-8")
     assert model.read_text(encoding="utf-8") != text
-    assert recipe.library_hash() == before
+    assert runs.library_hash() == before
 
 
 def test_a_profile_of_any_number_of_processes_keeps_its_tokens_per_update():

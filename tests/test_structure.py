@@ -51,8 +51,7 @@ LAYERS = [
     # learning-rate schedule; the training objective and its one update
     ["attention", "checkpoints", "data", "distributed", "objective", "onednn", "schedule"],
     ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
-    # on a model or a tokenizer; batches packed without padding
-    ["batching", "decoding", "inspection", "packing"],
+    ["batching", "decoding", "packing"],  # on a model or a tokenizer; batches without padding
     ["training"],  # the loop: a run's files, resumption, validation
     ["pretrained"],  # the shipped models' folders (safetensors, config, tokenizer, checksums)
     # BLEU and averaging; the CTranslate2 engine; ONNX graphs
@@ -66,10 +65,10 @@ LAYERS = [
     # the recurrent baseline; the pictures, tables and corpus measurements of Part I; Figures 1
     # and 2 drawn from the model's modules; copies into PyTorch's modules; sentence lengths;
     # the decoding chapter's timings and toy runs; the paired test of two systems' BLEU; the
-    # translator page's models
+    # translator page's models; a model's attention weights; the run cache
     ["book.charts", "book.corpus", "book.diagrams", "book.explorers", "book.lengths"]
     + ["book.recurrent", "book.references", "book.tables", "book.timing", "book.toy_runs"]
-    + ["book.significance", "book.translator_page"],
+    + ["book.significance", "book.translator_page", "book.inspection", "book.runs"],
     # FLOPs (of both kinds of model); Table 3's variants; the translator page's inside and the
     # anatomy of a training run, drawn with the diagrams' tools
     ["book.anatomy", "book.performance", "book.translator_internals", "book.variations"],

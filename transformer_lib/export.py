@@ -9,7 +9,6 @@ import dataclasses
 import logging
 import os
 import warnings
-from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -76,7 +75,7 @@ class DecoderStepGraph(nn.Module):
         return model.generator(states[:, -1]), *stacked  # (B, V), then as the chapter's table
 
 
-# %% book/export.md:138 (cell 4)
+# %% book/export.md:137 (cell 4)
 def serving_copy(model: Transformer, served_length: int = SERVED_LENGTH) -> Transformer:
     """A copy of ``model`` in eval mode whose position table has ``served_length`` rows."""
     config = model.config
@@ -95,7 +94,7 @@ def serving_copy(model: Transformer, served_length: int = SERVED_LENGTH) -> Tran
 
 
 @contextmanager
-def _quiet(logger_name: str):
+def quiet(logger_name: str):
     """Silence a tool's logger below errors, and its warnings (see the chapter)."""
     logger = logging.getLogger(logger_name)
     level = logger.level
@@ -143,7 +142,7 @@ def export_graphs(
         ),
     }
     for name, (module, inputs, outputs) in graphs.items():
-        with _quiet("torch.onnx"):
+        with quiet("torch.onnx"):
             program = torch.onnx.export(
                 module,
                 tuple(example for example, _ in inputs.values()),
@@ -159,29 +158,7 @@ def export_graphs(
         program.save(folder / name, external_data=False)
 
 
-# %% book/export.md:239 (cell 6)
-def quantize_graph(source: str | os.PathLike, target: str | os.PathLike) -> None:
-    """Write ``source`` with 8-bit unsigned weights (dynamic quantization, QUInt8) to ``target``."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    model = onnx.load(source)
-    graph = model.graph  # each Gemm whose weight another operator reads gets a copy of its own
-    weights = {tensor.name: tensor for tensor in graph.initializer}
-    readers = Counter(name for node in graph.node for name in node.input if name in weights)
-    for node in graph.node:
-        shared = node.input[1] if node.op_type == "Gemm" else None
-        if shared in weights and readers[shared] > 1:
-            copy = onnx.TensorProto()
-            copy.CopyFrom(weights[shared])
-            copy.name = f"{shared}.{node.name}"
-            graph.initializer.append(copy)
-            node.input[1], readers[shared] = copy.name, readers[shared] - 1
-    with _quiet(""):  # the quantizer suggests, on the root logger, a step we do not need
-        quantize_dynamic(model, target, weight_type=QuantType.QUInt8)
-
-
-# %% book/export.md:268 (cell 8)
+# %% book/export.md:227 (cell 6)
 class OnnxDecoder:
     """A decoder state that runs the two graphs on ``src`` (N, S), keeping ``cross_attention``."""
 

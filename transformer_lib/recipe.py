@@ -3,13 +3,11 @@
 
 
 # %% book/recipe.md:33 (cell 2)
-"""The Multi30k recipe (Part II): profiles, training a translation model, and the run cache."""
+"""The Multi30k recipe (Part II): profiles, and training a translation model."""
 
 import dataclasses
-import hashlib
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +17,7 @@ from torch import nn
 
 from transformer_lib import distributed
 from transformer_lib.batching import BatchesByLength, encode_pairs, make_batches
-from transformer_lib.checkpoints import load_checkpoint
-from transformer_lib.data import DataError, cache_folder, load_multi30k, load_parallel
+from transformer_lib.data import DataError, load_multi30k, load_parallel
 from transformer_lib.decoding import SearchConfig, translate
 from transformer_lib.errors import MissingFileError, TransformerLibError
 from transformer_lib.model import Transformer, TransformerConfig
@@ -109,7 +106,7 @@ PROFILES = {
 }
 
 
-# %% book/recipe.md:149 (cell 4)
+# %% book/recipe.md:146 (cell 4)
 def greedy_bleu(
     tokenizer: BPETokenizer, pairs: Sequence[tuple[str, str]], batch_size: int = 100
 ) -> Callable[[nn.Module], dict]:
@@ -136,7 +133,7 @@ class ParallelCorpus:
     valid_tgt: Path
 
 
-def _named_profile(profile: str | Profile) -> tuple[str, Profile]:
+def named_profile(profile: str | Profile) -> tuple[str, Profile]:
     """A profile and its name (``"custom"`` for one that is not in PROFILES)."""
     if not isinstance(profile, str):
         return "custom", profile
@@ -185,7 +182,7 @@ def _shared_out(training: TrainingConfig, world: int, name: str) -> TrainingConf
     return dataclasses.replace(training, max_tokens=training.max_tokens // world)
 
 
-# %% book/recipe.md:226 (cell 5)
+# %% book/recipe.md:223 (cell 5)
 def train_translation(
     profile: str | Profile,
     src: str,
@@ -221,7 +218,7 @@ def train_translation(
         DataError: data that cannot be read, or no training pair short enough.
         CheckpointError: a run to resume that was written with other settings.
     """
-    name, profile = _named_profile(profile)
+    name, profile = named_profile(profile)
     if src == tgt:
         raise RecipeError(f"source and target language are both {src!r}: choose two languages")
     out, last = Path(out), Path(out) / "checkpoints" / "last.pt"
@@ -273,58 +270,6 @@ def train_translation(
     attachments = {"tokenizer": tokenizer.to_json(), "search": search.recorded()}
     options = RunOptions(metadata, attachments, resume, time_limit, device, progress)
     return train(model, batches, training, out, validation, options)
-
-
-# %% book/recipe.md:358 (cell 9)
-def library_hash() -> str:
-    """A hash of the library's modules, the identity of the code that trains a run; the book's
-    machinery and the tangle's ``# %%`` markers, which train nothing, are left out."""
-    import transformer_lib  # the installed package (in the book's own cells too)
-
-    digest = hashlib.sha256()
-    for path in sorted(Path(transformer_lib.__file__).parent.glob("*.py")):
-        lines = path.read_bytes().splitlines(keepends=True)
-        code = b"".join(line for line in lines if not line.startswith(b"# %% "))
-        digest.update(path.name.encode() + b"\0" + code + b"\0")
-    return digest.hexdigest()[:16]
-
-
-def cached_run(
-    profile: str,
-    src: str,
-    tgt: str,
-    *,
-    data_dir: Path | None = None,
-    runs_dir: Path | None = None,
-    progress: bool = False,
-) -> Path:
-    """The folder of a finished ``profile`` run ``src`` -> ``tgt`` trained by this very code,
-    training it (or finishing an interrupted one) first when the cache does not hold it."""
-    max_steps = _named_profile(profile)[1].training.max_steps
-    runs_dir = Path(runs_dir or cache_folder("runs", "TRANSFORMER_LIB_RUNS"))
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    out = runs_dir / f"{profile}-{src}-{tgt}-{library_hash()}"
-    last = out / "checkpoints" / "last.pt"
-    with _exclusive(runs_dir / f"{out.name}.lock"):  # another process training it: wait for it
-        resume = last.is_file()
-        if not resume or load_checkpoint(last)["step"] < max_steps:
-            train_translation(
-                profile, src, tgt, out, data_dir=data_dir, resume=resume, progress=progress
-            )
-    return out
-
-
-@contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``; none where there is no ``fcntl`` (Windows)."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    with open(path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 __all__ = ["train_translation"]

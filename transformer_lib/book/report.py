@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from transformer_lib.book.inspection import KINDS, attention_maps
 from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.data import load_multi30k
 from transformer_lib.decoding import SearchConfig
@@ -23,7 +24,6 @@ from transformer_lib.evaluation import (
     evaluate_split,
     load_translator,
 )
-from transformer_lib.inspection import KINDS, attention_maps
 from transformer_lib.pretrained import MODEL_FILES, load_pretrained, save_pretrained
 from transformer_lib.provenance import environment, write_json, write_text_atomically
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, BPETokenizer

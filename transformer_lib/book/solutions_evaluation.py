@@ -13,8 +13,10 @@ import sacrebleu
 import torch
 
 from transformer_lib.batching import collate
+from transformer_lib.book.inspection import attention_maps
 from transformer_lib.book.jupyter import show_progress
 from transformer_lib.book.report import last_checkpoints
+from transformer_lib.book.runs import cached_run
 from transformer_lib.book.timing import pad_sources
 from transformer_lib.checkpoints import load_checkpoint
 from transformer_lib.data import load_multi30k
@@ -29,8 +31,6 @@ from transformer_lib.decoding import (
 )
 from transformer_lib.evaluation import average_checkpoints, load_translator
 from transformer_lib.export import FORMS, GRAPHS, OnnxGraphs
-from transformer_lib.inspection import attention_maps
-from transformer_lib.recipe import cached_run
 from transformer_lib.tokenizer import BOS_ID, EOS_ID
 
 

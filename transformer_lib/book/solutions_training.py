@@ -18,7 +18,7 @@ from tokenizers import pre_tokenizers
 from transformer_lib.attention import MultiHeadAttention, padding_mask
 from transformer_lib.batching import collate
 from transformer_lib.book.corpus import padding_fraction
-from transformer_lib.inspection import attention_maps, saturated_share
+from transformer_lib.book.inspection import attention_maps, saturated_share
 from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.objective import label_smoothed_loss, smoothed_targets
 from transformer_lib.schedule import make_optimizer

@@ -74,6 +74,3 @@ def saturated_share(maps: dict[str, Tensor], threshold: float = 0.99) -> float:
         visible = (weights > 0).sum(-1) > 1  # rows that see more than one key
         rows.append((weights.amax(-1) > threshold)[visible])
     return torch.cat(rows).float().mean().item()
-
-
-__all__: list[str] = []
