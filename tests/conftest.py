@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))  # tools/ is not a package; its scripts are imported by name
 
 # The tests never write into the user's caches (~/.cache/transformer_lib), unless the caller
-# names them. Runs trained by ``recipe.cached_run`` go to the repository's own _build/runs (git
+# names them. Runs trained by ``book.runs.cached_run`` go to the repository's own _build/runs (git
 # ignores it, ``make clean`` removes it): one folder for every pytest worker and every chapter
 # kernel, kept between sessions, so that a run is trained once and the chapters share it. The
 # data is read from the folder the tests use (helpers.MULTI30K), never downloaded into the cache.
@@ -35,6 +35,19 @@ def multi30k() -> Path:
     from helpers import require_multi30k
 
     return require_multi30k()
+
+
+@pytest.fixture(autouse=True)
+def threads_as_set_above():
+    """Every test starts with the worker's PyTorch threads (OMP_NUM_THREADS, above): a benchmark's
+    main, which a test may run in-process, sets its record's count, and the worker's later tests
+    would otherwise run on two threads beside the other worker (a whole test set's translations
+    then ran several times slower)."""
+    yield
+    torch = sys.modules.get("torch")
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    if torch is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
