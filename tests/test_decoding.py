@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from transformer_lib.decoding import beam_search, best_candidates, greedy_search
+from transformer_lib.decoding import beam_search, best_candidates, greedy_search, most_probable
 
 BOS, EOS = 0, 1
 
@@ -513,3 +513,19 @@ def test_beam_search_steps_only_the_rows_of_unfinished_sentences(k):
     beam_search(state, BOS, EOS, torch.tensor(limits), beam_size=k)
     expected = [len(limits)] + [k * sum(limit >= step for limit in limits) for step in range(2, 7)]
     assert state.rows == expected
+
+
+def test_most_probable_is_pytorchs_argmax_on_every_path():
+    """NumPy's argmax on a CPU's float32 logits, PyTorch's elsewhere: the same token, the first of
+    equals, whatever the layout, the gradient or the dtype."""
+    logits = torch.randint(0, 3, (64, 50), generator=torch.Generator().manual_seed(0)).float()
+    logits[5], logits[7, 10], logits[9, [3, 8]] = float("-inf"), float("inf"), float("nan")
+    for x in (
+        logits,
+        logits.t().contiguous().t(),
+        logits.clone().requires_grad_(),
+        logits.double(),
+    ):
+        found = most_probable(x)
+        assert found.dtype == torch.long and torch.equal(found, x.argmax(dim=-1))
+    assert torch.equal(most_probable(logits.bfloat16()), logits.bfloat16().argmax(dim=-1))
