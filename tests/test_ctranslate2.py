@@ -141,7 +141,13 @@ def test_the_converted_model_writes_our_greedy_outputs(tokenizer, sentences):
     model = seeded_model(tokenizer.vocab_size, seed=1, peaked=True)
     engine = CTranslate2Translator(model, tokenizer)
     assert_greedy_agrees(model, engine, tokenizer.encode_batch(sentences), at_least=99)
-    assert engine.translate(sentences, GREEDY) == translate(model, tokenizer, sentences, GREEDY)
+    # Through translate's batches and rules: lines in order, the same but for a near-tie (checked
+    # above), which another processor's kernels may part differently.
+    ours, theirs = (
+        translate(model, tokenizer, sentences, GREEDY),
+        engine.translate(sentences, GREEDY),
+    )
+    assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= 99
 
 
 def test_outputs_stop_at_each_sentences_own_length_limit(tokenizer, sentences):
@@ -177,7 +183,10 @@ def test_the_engines_beam_search_finds_our_beam_searchs_outputs(tokenizer, sente
 
 
 def test_int8_weights_run_and_stay_close(tokenizer, sentences):
-    model = seeded_model(tokenizer.vocab_size, seed=4, peaked=True)
+    # Not peaked: on processors without VNNI (AVX2 only) an int8 product adds pairs of products in
+    # 16 bits, which weights scaled up overflow (oneDNN's guide, "Nuances of int8 Computations");
+    # there the gap grew to a fifth of the log-probabilities.
+    model = seeded_model(tokenizer.vocab_size, seed=4)
     exact = CTranslate2Translator(model, tokenizer)
     small = CTranslate2Translator(model, tokenizer, quantize="int8")
     sources, targets = (
