@@ -370,3 +370,26 @@ def test_the_models_index_cannot_close_its_script_element():
     assert app.js == ("translator/translator.js",) and app.css == ("translator/translator.css",)
     filled = context["body"].split('id="translator-index">')[1].split("</script>")[0]
     assert json.loads(filled) == {"note": "</script><b>"}
+
+
+def test_an_8bit_output_may_part_from_pythons_only_at_a_near_tie():
+    """Parting where Python's two pieces are within NEAR_TIE is no problem; elsewhere it is one."""
+
+    class Reference:
+        def __init__(self, gap):
+            self.gap = gap
+
+        def parting_gap(self, name, form, text, ours, theirs):
+            return self.gap, 2
+
+    expected = {"case": ("m", "8bit", "Hund"), "source": [5, 1], "output": [7, 8, 9]}
+    shown = {"data": {"state": "done", "sourceIds": "5 1", "targetIds": "7 8 4 4"}}
+    problems = ["m, 8bit: the page's output pieces differ from Python's"]
+    tie = translator_check.NEAR_TIE / 2
+    assert translator_check._unless_near_tie(Reference(tie), shown, expected, problems, print) == []
+    found = translator_check._unless_near_tie(Reference(0.5), shown, expected, problems, print)
+    assert found[:1] == problems and "no near-tie" in found[1]
+    other_source = {**shown, "data": {**shown["data"], "sourceIds": "5 6 1"}}
+    assert translator_check._unless_near_tie(
+        Reference(tie), other_source, expected, problems, print
+    )
