@@ -382,14 +382,19 @@ def test_an_8bit_output_may_part_from_pythons_only_at_a_near_tie():
         def parting_gap(self, name, form, text, ours, theirs):
             return self.gap, 2
 
-    expected = {"case": ("m", "8bit", "Hund"), "source": [5, 1], "output": [7, 8, 9]}
+    case, expected = ("m", "8bit", "Hund"), {"source": [5, 1], "output": [7, 8, 9]}
     shown = {"data": {"state": "done", "sourceIds": "5 1", "targetIds": "7 8 4 4"}}
     problems = ["m, 8bit: the page's output pieces differ from Python's"]
     tie = translator_check.NEAR_TIE / 2
-    assert translator_check._unless_near_tie(Reference(tie), shown, expected, problems, print) == []
-    found = translator_check._unless_near_tie(Reference(0.5), shown, expected, problems, print)
+    assert (
+        translator_check._unless_near_tie(Reference(tie), case, shown, expected, problems, print)
+        == []
+    )
+    found = translator_check._unless_near_tie(
+        Reference(0.5), case, shown, expected, problems, print
+    )
     assert found[:1] == problems and "no near-tie" in found[1]
     other_source = {**shown, "data": {**shown["data"], "sourceIds": "5 6 1"}}
     assert translator_check._unless_near_tie(
-        Reference(tie), other_source, expected, problems, print
+        Reference(tie), case, other_source, expected, problems, print
     )

@@ -159,7 +159,6 @@ class PythonReference:
             state.step(torch.tensor([token]))
             attention.append(state.cross_attention[0, layer, head].tolist())  # (S,)
         return {
-            "case": (name, form, text),
             "source": source,
             "output": output,
             "ended": ended,
@@ -243,11 +242,11 @@ def compare(shown: dict, expected: dict, what: str, tolerance: float) -> list[st
     return problems
 
 
-def _unless_near_tie(reference, shown: dict, expected: dict, problems: list[str], log) -> list[str]:
+def _unless_near_tie(reference, case, shown: dict, expected: dict, problems, log) -> list[str]:
     """``problems`` of an 8-bit translation unlike Python's, or none if its output parts from
     Python's where Python's two pieces are within ``NEAR_TIE`` (equal up to there by definition)."""
     found = _ids(shown["data"].get("targetIds"))
-    name, form, text = expected["case"]
+    name, form, text = case
     same_source = _ids(shown["data"].get("sourceIds")) == expected["source"]
     if shown["data"].get("state") != "done" or not same_source or found == expected["output"]:
         return problems
@@ -311,7 +310,8 @@ def check_translator(
                     expected = reference.translate(name, form, text, beam, *shown_map)
                     problems = compare(shown, expected, what, WEIGHT_TOLERANCE[form])
                     if problems and form == "8bit" and not beam:
-                        problems = _unless_near_tie(reference, shown, expected, problems, log)
+                        case = (name, form, text)
+                        problems = _unless_near_tie(reference, case, shown, expected, problems, log)
                     report.problems += problems
                     report.translations += not problems
                     if kind == "15 words":
