@@ -56,11 +56,18 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device]:
     common.add_arguments(parser, sizes=("full", "ci"))
     parser.add_argument("--updates", type=int, default=400, help="updates of each run (400)")
     parser.add_argument(
+        "--log-every", type=int, default=50, help="updates in each timed window (50)"
+    )
+    parser.add_argument(
         "--only", default=None, help="comma-separated candidates to run (default: all)"
     )
     args = parser.parse_args(argv)
-    if args.updates < 50 * (WARM_WINDOWS + 1):
-        parser.error(f"--updates must be at least {50 * (WARM_WINDOWS + 1)}, got {args.updates}")
+    least = args.log_every * (WARM_WINDOWS + 1)  # a window timed after the warm ones
+    if args.log_every < 1 or args.updates < least:
+        parser.error(
+            f"--updates must be at least {least} (--log-every {args.log_every} times "
+            f"{WARM_WINDOWS + 1}), got {args.updates}"
+        )
     device = common.setup(parser, args)
     if args.only is not None:
         unknown = set(args.only.split(",")) - set(candidates(device))
@@ -93,9 +100,13 @@ def run_once(out: Path, profile: Profile, kernels: list | None, device: torch.de
 def main(argv: list[str] | None = None) -> dict:
     args, device = parse(argv)
     named = PROFILES[args.size]
-    # Log every 50 updates, one checkpoint at the end (none inside a timed window), no BLEU.
+    # A window every --log-every updates, one checkpoint at the end (none inside a timed
+    # window), no BLEU.
     training = dataclasses.replace(
-        named.training, max_steps=args.updates, log_every=50, checkpoint_every=args.updates
+        named.training,
+        max_steps=args.updates,
+        log_every=args.log_every,
+        checkpoint_every=args.updates,
     )
     chosen = candidates(device)
     if args.only is not None:

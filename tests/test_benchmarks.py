@@ -465,7 +465,8 @@ def test_the_resume_check_reports_a_difference():
 def test_the_loop_benchmark_reads_each_runs_speed_from_its_own_metrics(tmp_path):
     """One round of the ci profile's eager loop: its speed is the median of the windows after
     the warm ones, read back from the run's own metrics.jsonl, and the file holds the round."""
-    arguments = ["--size", "ci", "--updates", "150", "--rounds", "1", "--only", "eager"]
+    arguments = ["--size", "ci", "--updates", "30", "--log-every", "10", "--rounds", "1"]
+    arguments += ["--only", "eager"]
     results = train_loop.main([*arguments, "--out", str(tmp_path)])
     written = json.loads((tmp_path / "train_loop.json").read_text())
     assert written["results"] == results and results["rounds_done"] == 1
@@ -488,7 +489,11 @@ def test_the_loop_benchmark_compares_each_candidate_with_eager():
 
 @pytest.mark.parametrize(
     "arguments, message",
-    [(["--updates", "100"], "--updates must be at least 150"), (["--only", "jit"], "unknown")],
+    [
+        (["--updates", "100"], "--updates must be at least 150"),
+        (["--updates", "20", "--log-every", "10"], "--updates must be at least 30"),
+        (["--only", "jit"], "unknown"),
+    ],
 )
 def test_the_loop_benchmark_refuses_bad_switches(arguments, message):
     done = run_script("benchmarks/train_loop.py", "--no-save", "--size", "ci", *arguments)

@@ -33,12 +33,13 @@ import functools
 import html.parser
 import http.server
 import os
+import queue
 import re
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -310,10 +311,14 @@ def check_site(
     chromium: str | None = None,
     search_term: str | None = "attention",
     log=print,
+    browsers: int = 2,
 ) -> list[PageReport]:
-    """Check every page of ``site``; returns one report per page. On ``search.html`` it also
-    searches for ``search_term``. Raises SiteCheckError when the check cannot run (no site, no
-    page, no Chromium, no Playwright)."""
+    """Check every page of ``site``; returns one report per page, in the order of the site's
+    pages, the translator's last. On ``search.html`` it also searches for ``search_term``. The
+    pages are shared out among ``browsers`` Chromium instances, each driven from a thread of its
+    own (Playwright's API is not thread-safe: one instance per thread), since a page mostly waits
+    on its browser. Raises SiteCheckError when the check cannot run (no site, no page, no
+    Chromium, no Playwright)."""
     site = Path(site)
     if not (site / "index.html").is_file():
         raise SiteCheckError(f"{site}/index.html not found: build the book first (make book)")
@@ -327,35 +332,93 @@ def check_site(
             "or name the executable with --chromium or $CHROMIUM"
         )
     try:
-        from playwright.sync_api import sync_playwright
+        import playwright.sync_api  # noqa: F401 - each thread starts its own instance
     except ImportError as err:
         raise SiteCheckError(f"Playwright is not installed ({err}): make install") from err
     if shots is not None:
         shutil.rmtree(shots, ignore_errors=True)
         shots.mkdir(parents=True)
-    reports = []
-    with serve(site) as base, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        try:
-            for path in pages:
-                report = check_page(browser, site, base, path, shots, search_term)
+    # The translator first: it is the longest task, and a long one last would keep one browser
+    # busy while the other has nothing left.
+    tasks: list[Path | None] = [*pages]
+    if (site / translator_check.TRANSLATOR_PAGE).is_file():
+        tasks.insert(0, None)
+    pending = queue.SimpleQueue()
+    for number, task in enumerate(tasks):
+        pending.put((number, task))
+    found: dict[int, PageReport] = {}
+    lock = threading.Lock()
+
+    def keep(number: int, report) -> None:
+        with lock:  # a report's lines stay together in the log
+            found[number] = report
+            if isinstance(report, PageReport):  # the translator's check logs its own lines
                 log(report.summary())
                 for problem in report.problems:
                     log(f"     {problem}")
-                reports.append(report)
-            if (site / translator_check.TRANSLATOR_PAGE).is_file():
-                translator = translator_check.check_translator(
-                    browser,
-                    site,
-                    base,
-                    lambda page, problems: watch(page, site, base, problems),
-                    log,
-                    shots,
-                )
-                reports.append(translator)
-        finally:
-            browser.close()
-    return reports
+
+    with serve(site) as base:
+        context = _Browsing(site, base, executable, shots, search_term, log, lock)
+        threads = [
+            threading.Thread(target=context.work, args=(pending, keep))
+            for _ in range(max(1, min(browsers, len(tasks))))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if context.failure is not None:
+        raise context.failure
+    reports = [found[number] for number in range(len(tasks))]
+    return reports[1:] + reports[:1] if tasks[0] is None else reports
+
+
+@dataclass
+class _Browsing:
+    """What each thread of ``check_site`` needs to check tasks in a browser of its own."""
+
+    site: Path
+    base: str
+    executable: str
+    shots: Path | None
+    search_term: str | None
+    log: Callable[[str], None]
+    lock: threading.Lock
+    failure: BaseException | None = None  # a browser that could not start, re-raised by the caller
+
+    def work(self, pending: queue.SimpleQueue, keep) -> None:
+        """Take tasks (a page, or None for the translator) until none is left."""
+        from playwright.sync_api import sync_playwright
+
+        try:
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=self.executable, headless=True)
+                try:
+                    while True:
+                        try:
+                            number, task = pending.get_nowait()
+                        except queue.Empty:
+                            return
+                        keep(number, self.check(browser, task))
+                finally:
+                    browser.close()
+        except Exception as err:  # noqa: BLE001 - handed to the calling thread
+            self.failure = err
+
+    def check(self, browser, task: Path | None):
+        if task is not None:
+            return check_page(browser, self.site, self.base, task, self.shots, self.search_term)
+
+        def log(line: str) -> None:
+            with self.lock:
+                self.log(line)
+
+        def watch_page(page, problems):
+            return watch(page, self.site, self.base, problems)
+
+        return translator_check.check_translator(
+            browser, self.site, self.base, watch_page, log, self.shots
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,10 +429,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--chromium", help="the Chromium executable (default: chromium on PATH)")
     parser.add_argument("--search", default="attention", help="a word the site's search must find")
+    parser.add_argument(
+        "--browsers", type=int, default=2, help="Chromium instances checking pages side by side"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
-        reports = check_site(args.site, args.shots, args.chromium, args.search)
+        reports = check_site(
+            args.site, args.shots, args.chromium, args.search, browsers=args.browsers
+        )
     except SiteCheckError as err:
         print(f"site check: {err}", file=sys.stderr)
         return 2
