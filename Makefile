@@ -36,12 +36,10 @@ help:
 	@echo "make notebooks  write the chapters as notebooks into _build/notebooks"
 	@echo "make bench  run the benchmarks"
 
-# --no-compile: pip would byte-compile every module of every package (over half a minute of a
-# two-core machine's install); Python compiles the ones a program imports when it first does.
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile -r requirements.txt
+	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
 	@touch $@
 
@@ -84,12 +82,10 @@ check: $(STAMP)
 
 # pytest exits 5 when it collects no test; that must fail the run, never pass as green. The
 # translator's graphs are exported first, once: two chapters read them, and the tests run chapters
-# side by side. The twenty slowest tests are listed at the end, to show where the time goes. The
-# tests of a file whose fixture is costly share a worker (--dist loadgroup and the file's
-# xdist_group), which builds the fixture once.
+# side by side. The twenty slowest tests are listed at the end, to show where the time goes.
 test: check translator
 	$(BIN)/python tools/book_cache.py --refresh
-	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=20 $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=20 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; exit 1; fi; exit $$rc
 
 format: $(STAMP)

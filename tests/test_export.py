@@ -43,11 +43,6 @@ TEXTS = [
 ]
 
 
-# Its module-scoped fixture is costly: every test of the file goes to the same pytest worker
-# (make test runs with --dist loadgroup), so that it is built once, not once a worker.
-pytestmark = pytest.mark.xdist_group("export")
-
-
 @pytest.fixture(scope="module")
 def tokenizer() -> BPETokenizer:
     return BPETokenizer.train(TEXTS * 3, 300)

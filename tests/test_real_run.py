@@ -91,11 +91,6 @@ def tiny_options(tmp: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-# Its module-scoped fixture is costly: every test of the file goes to the same pytest worker
-# (make test runs with --dist loadgroup), so that it is built once, not once a worker.
-pytestmark = pytest.mark.xdist_group("real_run")
-
-
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory) -> Path:
     """A report written by the script for a `ci` run of 3 updates, made in two commands."""

@@ -58,11 +58,6 @@ alt.Chart(alt.Data(values=cells)).mark_rect().encode(
 ).properties(width=300, height=300)"""
 
 
-# Its module-scoped fixture is costly: every test of the file goes to the same pytest worker
-# (make test runs with --dist loadgroup), so that it is built once, not once a worker.
-pytestmark = pytest.mark.xdist_group("site")
-
-
 @pytest.fixture(scope="module")
 def small_site(tmp_path_factory, root) -> Path:
     """A two-chapter book with math and two charts, built with our _config.yml and _ext/."""

@@ -42,11 +42,6 @@ def table3(*options: str) -> int:
     return command.main(["--profile", "ci", "--data-dir", str(DATA), "--quiet", *options])
 
 
-# Its module-scoped fixture is costly: every test of the file goes to the same pytest worker
-# (make test runs with --dist loadgroup), so that it is built once, not once a worker.
-pytestmark = pytest.mark.xdist_group("sweep_lanes")
-
-
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     """The base and the LSTM for two updates each: alone, one after the other, in this process;

@@ -22,11 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "multi30k-de-en-laptop"
 
 
-# Its module-scoped fixture is costly: every test of the file goes to the same pytest worker
-# (make test runs with --dist loadgroup), so that it is built once, not once a worker.
-pytestmark = pytest.mark.xdist_group("wheel")
-
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """The python of a fresh virtual environment holding the wheel of this repository."""
