@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "_ext"))
 import book_site  # noqa: E402 - the extension lives in _ext/, outside the package
 
 # Chapters that read the library only, the shipped models, and the recorded results.
-CHAPTERS = ("attention", "walkthrough", "variations")
+CHAPTERS = ("model", "walkthrough", "variations")
 UNREACHABLE = "http://127.0.0.1:9/source.tar.gz"  # nothing listens: no download can succeed
 
 RUN = """
