@@ -338,39 +338,28 @@ def check_site(
     if shots is not None:
         shutil.rmtree(shots, ignore_errors=True)
         shots.mkdir(parents=True)
-    # The translator first: it is the longest task, and a long one last would keep one browser
-    # busy while the other has nothing left.
-    tasks: list[Path | None] = [*pages]
-    if (site / translator_check.TRANSLATOR_PAGE).is_file():
-        tasks.insert(0, None)
+    # Reports are numbered in the site's order, the translator's last, but the translator is
+    # taken first: it is the longest task, and a long one last would keep one browser busy while
+    # the other has nothing left.
     pending = queue.SimpleQueue()
-    for number, task in enumerate(tasks):
-        pending.put((number, task))
-    found: dict[int, PageReport] = {}
-    lock = threading.Lock()
-
-    def keep(number: int, report) -> None:
-        with lock:  # a report's lines stay together in the log
-            found[number] = report
-            if isinstance(report, PageReport):  # the translator's check logs its own lines
-                log(report.summary())
-                for problem in report.problems:
-                    log(f"     {problem}")
-
+    if (site / translator_check.TRANSLATOR_PAGE).is_file():
+        pending.put((len(pages), None))
+    for number, path in enumerate(pages):
+        pending.put((number, path))
+    tasks = pending.qsize()
     with serve(site) as base:
-        context = _Browsing(site, base, executable, shots, search_term, log, lock)
+        browsing = _Browsing(site, base, executable, shots, search_term, log)
         threads = [
-            threading.Thread(target=context.work, args=(pending, keep))
-            for _ in range(max(1, min(browsers, len(tasks))))
+            threading.Thread(target=browsing.work, args=(pending,))
+            for _ in range(max(1, min(browsers, tasks)))
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-    if context.failure is not None:
-        raise context.failure
-    reports = [found[number] for number in range(len(tasks))]
-    return reports[1:] + reports[:1] if tasks[0] is None else reports
+    if browsing.failure is not None:
+        raise browsing.failure
+    return [browsing.found[number] for number in range(tasks)]
 
 
 @dataclass
@@ -383,10 +372,19 @@ class _Browsing:
     shots: Path | None
     search_term: str | None
     log: Callable[[str], None]
-    lock: threading.Lock
+    found: dict = field(default_factory=dict)  # task number -> its report
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one log line at a time
     failure: BaseException | None = None  # a browser that could not start, re-raised by the caller
 
-    def work(self, pending: queue.SimpleQueue, keep) -> None:
+    def keep(self, number: int, report) -> None:
+        with self.lock:  # a report's lines stay together in the log
+            self.found[number] = report
+            if isinstance(report, PageReport):  # the translator's check logs its own lines
+                self.log(report.summary())
+                for problem in report.problems:
+                    self.log(f"     {problem}")
+
+    def work(self, pending: queue.SimpleQueue) -> None:
         """Take tasks (a page, or None for the translator) until none is left."""
         from playwright.sync_api import sync_playwright
 
@@ -399,7 +397,7 @@ class _Browsing:
                             number, task = pending.get_nowait()
                         except queue.Empty:
                             return
-                        keep(number, self.check(browser, task))
+                        self.keep(number, self.check(browser, task))
                 finally:
                     browser.close()
         except Exception as err:  # noqa: BLE001 - handed to the calling thread
