@@ -17,6 +17,6 @@ def glue(name: str, value) -> None:
     """MyST-NB's ``glue``, hidden: the prose shows the value; in Jupyter it is also printed."""
     from myst_nb import glue as myst_glue
 
-    myst_glue(name, value)
+    myst_glue(name, value, display=False)
     if show_progress():
         print(f"{name} = {value}")
