@@ -35,6 +35,9 @@ Loaded through ``_config.yml`` (``sphinx.local_extensions``). It does these thin
 * **Code that fits.** A stylesheet narrows the "On this page" column and the code font a little,
   so that a line of code of 100 characters fits the text column at a laptop's width; long output
   lines wrap there, and tables take a smaller font on a phone.
+* **Pictures described.** A picture a cell draws has no alt text of its own, and Sphinx then
+  writes its file name as the alt text; in a figure with a caption, the caption becomes the alt
+  text (a cell's ``mystnb.image.alt`` still wins).
 * **Clean consoles.** sphinx-thebe can register its configuration script twice, which throws
   "Identifier 'THEBE_JS_URL' has already been declared" on every page; we drop exact duplicates.
 """
@@ -47,6 +50,7 @@ import shutil
 from pathlib import Path
 
 import nbformat
+from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
@@ -408,6 +412,17 @@ def use_repository_from_environment(app: Sphinx, config) -> None:
         config.html_theme_options["repository_url"] = f"https://github.com/{repository}"
 
 
+def describe_pictures(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """Give each image of a captioned figure that has no alt text its caption as the alt text
+    (once MyST-NB's post-transforms have turned a cell's outputs into images)."""
+    for figure in doctree.findall(nodes.figure):
+        caption = next(iter(figure.findall(nodes.caption)), None)
+        if caption is None or not caption.astext().strip():
+            continue
+        for image in figure.findall(nodes.image):
+            image.setdefault("alt", " ".join(caption.astext().split()))
+
+
 def setup(app: Sphinx) -> dict:
     # The branch the Pages workflow publishes the built site to; "" turns the retargeting off.
     app.add_config_value("book_site_notebooks_branch", "gh-pages", "html")
@@ -420,4 +435,5 @@ def setup(app: Sphinx) -> dict:
     app.connect("builder-inited", write_fit_css)
     app.connect("html-page-context", on_page, priority=900)  # after the theme's buttons (501)
     app.connect("build-finished", on_build_finished)
+    app.connect("doctree-resolved", describe_pictures)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

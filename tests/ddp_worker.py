@@ -1,4 +1,4 @@
-"""Run by tests/test_training.py under `torchrun --nproc_per_node=2`: a few DDP updates on the CPU
+"""Run by tests/test_training.py under `torchrun --nproc-per-node=2`: a few DDP updates on the CPU
 with gloo, then each rank saves its weights so the test can compare them."""
 
 import sys

@@ -207,7 +207,7 @@ def test_train_writes_a_run_and_resumes_it(tmp_path):
 def test_train_under_torchrun_with_two_processes(tmp_path):
     out = tmp_path / "run"
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
         "-m", "transformer_lib", "train", "--profile", "ci", "--src", "en", "--tgt", "de",
         "--out", str(out), "--max-steps", "2", "--quiet",
     ]  # fmt: skip

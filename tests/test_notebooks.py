@@ -141,6 +141,11 @@ def test_notebooks_go_where_the_build_does_not_read_and_a_readers_copy_is_kept(t
     assert len(written) == len(notebooks.tangle.chapters_in_order(ROOT)) and not kept
     first = nbformat.read(tmp_path / "attention.ipynb", as_version=4)
     assert "def set_up()" in first.cells[0].source
+    import page_reading  # what the site check reads in the site's notebooks, read here too
+
+    build_paths = page_reading.machine_paths([ROOT, Path.home()])
+    for path in written:
+        assert not page_reading.notebook_problems(path, build_paths), path
     again, kept = notebooks.write_notebooks(tmp_path)  # unchanged chapters: the same files
     assert len(again) == len(written) and not kept
     edited = tmp_path / "model.ipynb"

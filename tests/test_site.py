@@ -45,17 +45,37 @@ MATH_CHAPTER = (
     "$$\nw = \\mathrm{softmax}(q K^\\top / \\sqrt{d_k})\n$$ (eq-weights)\n\n"
     "See {eq}`eq-weights` and the [charts](charts.md).\n"
 )
+# A figure's caption, as the book gives every picture a cell draws (MyST-NB's cell metadata).
+CAPTION = "---\nmystnb:\n  figure:\n    caption: {}\n---\n"
 # A link inside an inline SVG, as the book's Figures 1 and 2 draw them: its href is no string.
-SVG_LINK_CELL = """from IPython.display import HTML
+SVG_LINK_CELL = (
+    CAPTION.format("A link to the charts.")
+    + """from IPython.display import HTML
 
 HTML('<svg xmlns="http://www.w3.org/2000/svg" width="160" height="30">'
      '<a href="charts.html#charts"><text x="4" y="20">to the charts</text></a></svg>')"""
-CHART_CELL = """import altair as alt
+)
+CHART_CELL = (
+    CAPTION.format("A grid of cells, coloured by a weight.")
+    + """import altair as alt
 
 cells = [{"x": x, "y": y, "w": (x * y) % 5} for x in range(4) for y in range(4)]
 alt.Chart(alt.Data(values=cells)).mark_rect().encode(
     x="x:O", y="y:O", color="w:Q", tooltip=["x:O", "y:O", "w:Q"]
 ).properties(width=300, height=300)"""
+)
+
+# What a reader should never see, each as a chapter really makes it: a glued value left displayed
+# and a bare value, a temporary folder printed, a picture without a caption, and math broken by a
+# line that Markdown reads as a list item.
+STRAY_CELLS = (
+    "from myst_nb import glue\n\nglue('updates', '225 updates')\n0.06508799999999997",
+    "import tempfile\n\nprint('written to', tempfile.mkdtemp())",
+    "import matplotlib.pyplot as plt\n\nplt.plot([3, 2, 1])\nplt.show()",
+)
+BROKEN_MATH = (
+    "The floor is $H(q) = -(1 - \\epsilon) \\log(1 - \\epsilon)\n- \\epsilon \\log \\epsilon$.\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +87,10 @@ def small_site(tmp_path_factory, root) -> Path:
     intro = write_chapter(book / "book/intro.md", "Intro", "print('the intro ran')", SVG_LINK_CELL)
     intro.write_text(intro.read_text() + "\n" + MATH_CHAPTER, encoding="utf-8")
     write_chapter(book / "book/charts.md", "Charts", CHART_CELL, CHART_CELL)
-    write_toc(book, "book/intro", "book/charts")
+    write_chapter(book / "book/reader.md", "Reader", *STRAY_CELLS)
+    reader = book / "book/reader.md"
+    reader.write_text(reader.read_text() + "\n" + BROKEN_MATH, encoding="utf-8")
+    write_toc(book, "book/intro", "book/charts", "book/reader")
     result = subprocess.run(
         [JUPYTER_BOOK, "build", "--all", str(book)], capture_output=True, text=True, timeout=900
     )
@@ -123,7 +146,19 @@ def test_every_page_renders_in_chromium(small_site, tmp_path):
     by_page = {report.page: report for report in reports}
     assert {"book/intro.html", "book/charts.html", "search.html"} <= set(by_page)
     for report in reports:
-        assert report.ok, (report.page, report.problems)
+        assert report.ok or "book/reader." in report.page, (report.page, report.problems)
+    assert by_page["book/intro.html"].outputs == 2  # the print and the figure
+    assert by_page["_sources/book/intro.ipynb"].ok
+    stray = " ".join(by_page["book/reader.html"].problems)
+    for kind in [
+        "bare value",
+        "path of the machine",
+        "math left",
+        "without a caption",
+        "file name",
+    ]:
+        assert kind in stray, (kind, stray)
+    assert "'updates' is displayed" in " ".join(by_page["_sources/book/reader.ipynb"].problems)
     assert by_page["book/intro.html"].math == 2  # one inline, one displayed
     assert by_page["book/charts.html"].charts == 2
     assert by_page["book/charts.html"].tooltips == 2  # interactive, not a static picture

@@ -663,7 +663,7 @@ def test_two_processes_with_gloo_hold_identical_weights(tmp_path):
             "-m",
             "torch.distributed.run",
             "--standalone",
-            "--nproc_per_node=2",
+            "--nproc-per-node=2",
             worker,
             tmp_path,
         ],

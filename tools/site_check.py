@@ -12,7 +12,13 @@ fail an offline reader. For each page the check fails on:
   with vega-embed's error message);
 * a broken internal link (a page or file that is not in the site, or an ``#anchor`` that is not
   on its page);
-* a search box that finds nothing (``search.html`` is asked for a word the book contains).
+* a search box that finds nothing (``search.html`` is asked for a word the book contains);
+* what a reader should never see (``tools/page_reading.py``): a stray value under a cell, a path
+  of the machine that built the book, markup left raw, an image without alt text or a chart
+  without a caption. Each page's line gives the number of cell outputs a reader sees.
+
+The notebooks the site publishes (``_sources/**/*.ipynb``) are read too: no build path in their
+cells, no glued value displayed.
 
 When the site has the translator page, it also loads the translator's models, translates in both
 directions and compares every translation with Python's (``tools/translator_check.py``).
@@ -45,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
+import page_reading
 import translator_check
 
 SKIPPED_FOLDERS = {"_static", "_sources", "_images", "_downloads", "binder"}
@@ -53,6 +60,13 @@ REDIRECT_RE = re.compile(r'<meta[^>]+http-equiv="refresh"[^>]+url=(?P<url>[^"]+)
 CHART_SELECTOR = '[id^="altair-viz-"], .vega-embed'
 # Scripts that chart and math pages need time for: MathJax typesets after load, vega draws async.
 RENDER_TIMEOUT_MS = 30_000
+# Absolute paths of the machine that builds the book: the clone, its home, the folders the build
+# read the data, runs and models from, any home or temporary folder (page_reading.MACHINE_PATHS).
+FOLDERS_READ = ("TRANSFORMER_LIB_DATA", "TRANSFORMER_LIB_RUNS", "TRANSFORMER_LIB_MODELS")
+BUILD_PATHS = page_reading.machine_paths(
+    [Path(__file__).resolve().parent.parent, Path.home()]
+    + [os.environ[name] for name in FOLDERS_READ if os.environ.get(name)]
+)
 
 
 class SiteCheckError(Exception):
@@ -67,6 +81,8 @@ class PageReport:
     charts: int = 0  # charts rendered
     tooltips: int = 0  # charts that showed a tooltip when the pointer went over them
     links: int = 0  # internal links checked
+    outputs: int = 0  # cell outputs on the page
+    collapsed: int = 0  # of which inside a collapsed cell
     screenshot: Path | None = None
     seconds: float = 0.0
 
@@ -78,7 +94,8 @@ class PageReport:
         status = "ok  " if self.ok else "FAIL"
         return (
             f"{status} {self.page}: {self.math} math, {self.charts} charts "
-            f"({self.tooltips} with tooltips), {self.links} links, {self.seconds:.1f} s"
+            f"({self.tooltips} with tooltips), {self.links} links, {self.outputs} outputs "
+            f"({self.collapsed} collapsed), {self.seconds:.1f} s"
         )
 
 
@@ -245,12 +262,29 @@ def watch(page, site: Path, base: str, problems: list[str]) -> set[str]:
     return refused
 
 
+def read_as_a_reader(report: PageReport, html: str) -> None:
+    """Add to ``report`` what a reader should never see on the page, and its outputs."""
+    reading = page_reading.read_page(html, BUILD_PATHS)
+    report.problems += reading.problems
+    report.outputs, report.collapsed = reading.outputs, reading.collapsed
+
+
+def check_notebooks(site: Path) -> list[PageReport]:
+    """A report for each notebook the site publishes: build paths, displayed glued values."""
+    reports = []
+    for path in sorted((site / "_sources").rglob("*.ipynb")):
+        reports.append(PageReport(path.relative_to(site).as_posix()))
+        reports[-1].problems = page_reading.notebook_problems(path, BUILD_PATHS)
+    return reports
+
+
 def check_page(
     browser, site: Path, base: str, path: Path, shots: Path | None, search_term: str | None = None
 ) -> PageReport:
     relative = path.relative_to(site).as_posix()
     report = PageReport(relative)
     started = time.perf_counter()
+    read_as_a_reader(report, path.read_text(encoding="utf-8", errors="replace"))
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     refused = watch(page, site, base, report.problems)
@@ -359,7 +393,12 @@ def check_site(
             thread.join()
     if browsing.failure is not None:
         raise browsing.failure
-    return [browsing.found[number] for number in range(tasks)]
+    notebooks = check_notebooks(site)
+    failed = [report for report in notebooks if not report.ok]
+    log(f"{'FAIL' if failed else 'ok  '} {len(notebooks)} published notebooks: build paths, glue")
+    for report in failed:
+        log(f"     {report.page}: " + "; ".join(report.problems))
+    return [browsing.found[number] for number in range(tasks)] + notebooks
 
 
 @dataclass

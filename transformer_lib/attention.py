@@ -24,7 +24,7 @@ def subsequent_mask(size: int, device: torch.device | None = None) -> Tensor:
     return causal[None, None]  # (1, 1, T, T)
 
 
-# %% book/attention.md:134 (cell 10)
+# %% book/attention.md:141 (cell 10)
 import math
 
 import torch.nn.functional as F
@@ -57,7 +57,7 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:272 (cell 18)
+# %% book/attention.md:286 (cell 18)
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): Concat(head_1, ..., head_h) W^O, with head_i =
     Attention(Q W_i^Q, K W_i^K, V W_i^V), by PyTorch's fused kernel unless weights are asked for.

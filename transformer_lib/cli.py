@@ -95,7 +95,7 @@ def keep_freed_memory() -> bool:
     return libc.mallopt(-1, 2**31 - 1) == 1 and libc.mallopt(-3, 2**30) == 1
 
 
-# %% book/command_line.md:206 (cell 8)
+# %% book/command_line.md:205 (cell 8)
 def add_train_command(commands) -> None:
     summary = "train a translation model on Multi30k or your own files (paper §5)"
     command = add_command(commands, "train", run_train, summary)
@@ -180,7 +180,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:365 (cell 12)
+# %% book/command_line.md:362 (cell 12)
 def add_average_command(commands) -> None:
     summary = "average the weights of several checkpoints (paper §6.1)"
     command = add_command(commands, "average", run_average, summary)
@@ -200,7 +200,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:414 (cell 14)
+# %% book/command_line.md:411 (cell 14)
 # Each search option's SearchConfig field: the option's own name, but for --beam.
 SEARCH_OPTIONS = {"beam": "beam_size", **{f: f for f in ("alpha", "extra_length", "batch_size")}}
 
@@ -328,7 +328,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:572 (cell 18)
+# %% book/command_line.md:569 (cell 18)
 def add_evaluate_command(commands) -> None:
     summary = "BLEU and chrF of a checkpoint on a Multi30k split (sacreBLEU)"
     command = add_command(commands, "evaluate", run_evaluate, summary)
@@ -381,7 +381,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:649 (cell 22)
+# %% book/command_line.md:646 (cell 22)
 def add_export_command(commands) -> None:
     summary = "write a model in another runtime's format (Hugging Face, ONNX, CTranslate2)"
     command = add_command(commands, "export", run_export, summary)

@@ -487,7 +487,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:677 (cell 22)
+# %% book/inference_engine.md:690 (cell 23)
 from transformer_lib import onednn
 
 

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from transformer_lib.errors import ConfigError
 
 
-# %% book/training.md:192 (cell 13)
+# %% book/training.md:199 (cell 13)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
     """The target distribution of ``cross_entropy(label_smoothing=...)`` (§5.4), (N,) -> (N, V):
     ``(1 - smoothing) * onehot(target) + smoothing / vocab_size``, zero rows for padding."""
@@ -38,7 +38,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:312 (cell 21)
+# %% book/training.md:333 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business.
@@ -114,7 +114,7 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:409 (cell 23)
+# %% book/training.md:430 (cell 23)
 def backward_batch(
     network: nn.Module, batch, divisor: float, config: TrainingConfig, pad_id: int, autocast=None
 ) -> tuple[float, float]:

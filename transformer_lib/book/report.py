@@ -249,7 +249,7 @@ def read_report(folder: Path) -> dict:
     return report
 
 
-# %% book/profiles.md:960 (cell 29)
+# %% book/profiles.md:983 (cell 31)
 from transformer_lib.book.significance import paired_bleu, read_translations
 
 # The cased BLEU on test_2016_flickr each profile's run set out to reach (*The real run*).
