@@ -11,6 +11,8 @@ from contextlib import contextmanager
 
 from torch import Tensor
 
+LINE_STYLES = ("-", "--", ":", "-.")  # drawn in turn with matplotlib's colours
+
 
 @contextmanager
 def _figure(rows: int = 1, columns: int = 1, size=(6, 3.5), **options) -> Iterator[tuple]:
@@ -59,15 +61,16 @@ def draw_curves(
     with _figure(size=size) as (fig, ax):
         for number, (label, values) in enumerate(curves.items()):
             xs, ys = values if isinstance(values, tuple) else (range(len(values)), values)
-            # matplotlib's cycle has ten colours: the eleventh line on takes another style
-            ax.plot(xs, ys, label=label, ls=("-", "--", ":", "-.")[number // 10 % 4])
+            # a colour and a style each: lines that coincide stay visible, and matplotlib's ten
+            # colours do not name two lines alike
+            ax.plot(xs, ys, label=label, ls=LINE_STYLES[number % len(LINE_STYLES)])
         for x in marks:
             ax.axvline(x, color="grey", lw=0.8, ls="--")
         ax.set(xlabel=xlabel, ylabel=ylabel, title=title or "", yscale="log" if log else "linear")
         ax.legend(fontsize=8, ncol=1 + len(curves) // 6)
 
 
-# %% book/figures.md:738 (cell 13)
+# %% book/figures.md:741 (cell 13)
 def draw_learning_curves(metrics: dict, guessing=None, floors=(), learning_rate=True) -> None:
     """A row a run (label -> metrics.jsonl records): losses (``floors`` dashed, ``guessing``
     dotted) and learning rate; without ``learning_rate``, the runs' losses side by side."""
@@ -141,8 +144,9 @@ def draw_operation_counts(lengths: Sequence[int], counts: dict, projected, d: in
 def draw_path_lengths(lengths: Sequence[int], paths: dict, title: str) -> None:
     """Layers between input 0 and output n-1 against n, log-log in base 2, one line a stack."""
     with _figure(size=(7, 4.5)) as (fig, ax):
-        for (name, values), marker in zip(paths.items(), "osD^v", strict=False):
-            ax.loglog(lengths, values, marker=marker, ms=4, label=name, base=2)
+        lines = zip(paths.items(), "osD^v", LINE_STYLES * 2, strict=False)  # coinciding ones show
+        for (name, values), marker, style in lines:
+            ax.loglog(lengths, values, marker=marker, ms=4, label=name, base=2, ls=style)
         ax.set(xlabel="sequence length n", ylabel="layers between input 0 and output n-1")
         ax.set_title(title)
         ax.legend(fontsize=8)
@@ -154,6 +158,7 @@ def draw_positional_encoding(pe: Tensor, dimensions: Sequence[int]) -> None:
         for dim in dimensions:
             left.plot(pe[:, dim], label=f"dimension {dim}")
         left.set_xlabel("position")
+        left.legend(fontsize=8, ncol=len(dimensions), loc="lower center", bbox_to_anchor=(0.5, 1))
         image = right.imshow(pe.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
         right.set(xlabel="position", ylabel="dimension")
         fig.colorbar(image, ax=right)
@@ -172,8 +177,11 @@ def draw_vocabulary_sweep(sweep: list[dict], chord: Sequence[float], knee: int) 
         ):
             right.plot(sizes, [100 * r[key] for r in sweep], "o-", label=label)
         right.set(ylabel="%")
+        right.legend(loc="center left")  # where neither line runs
         for ax in (left, right):
             ax.set(xscale="log", xlabel="vocabulary size")
+            ax.set_xticks(sizes, [f"{size:,}" for size in sizes], minor=False, rotation=45)
+            ax.minorticks_off()  # the sizes swept, not the log scale's crowded labels
             ax.axvline(knee, color="C3", lw=1)
         fig.suptitle("Choosing the joint BPE vocabulary size (Multi30k train, de+en)")
 
