@@ -423,3 +423,33 @@ def test_the_engine_choices_are_the_librarys():
     cli._add_search_options(parser)
     choices = next(action.choices for action in parser._actions if action.dest == "engine")
     assert tuple(choices) == engine.ENGINES
+
+
+def test_the_version_is_read_only_when_asked(monkeypatch, capsys):
+    """Reading it scans every installed package (importlib.metadata): no other command waits."""
+    import importlib.metadata
+
+    import transformer_lib
+    from transformer_lib import cli
+
+    monkeypatch.delitem(vars(transformer_lib), "__version__", raising=False)
+    asked = []
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: asked.append(name) or "9.9")
+    cli.build_parser().parse_args(["translate", "--model", "m"])
+    assert asked == []
+    assert cli.main(["--version"]) == 0 and capsys.readouterr().out == "9.9\n"
+    assert asked == ["transformer_lib"]
+    vars(transformer_lib).pop("__version__", None)  # read again, for real, by the next asker
+
+
+def test_loading_leaves_the_parsed_arguments_as_they_were(monkeypatch):
+    """--engine onednn runs on the CPU: the command picks it without writing into its arguments."""
+    from transformer_lib import cli, pretrained
+
+    devices = []
+    monkeypatch.setattr(pretrained, "load_pretrained", lambda name, device: devices.append(device))
+    args = cli.build_parser().parse_args(["translate", "--model", "m", "--engine", "onednn"])
+    before = vars(args).copy()
+    with pytest.raises(TypeError):  # the stand-in returns no model: loading stops there
+        cli._load(args)
+    assert vars(args) == before and str(devices[0]) == "cpu"

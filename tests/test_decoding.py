@@ -113,6 +113,37 @@ def test_greedy_drops_finished_rows_once_they_are_a_quarter_of_the_state():
     assert len(state.selects) < 12  # not one select per finished sentence
 
 
+class EndingState(ToyState):
+    """ToyState whose first sentence all but certainly writes </s> at every step and whose
+    others never do; it records the rows of the state at each step."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sentence = torch.arange(len(self.h))  # (rows,) the sentence of each row
+        self.rows: list[int] = []
+
+    def step(self, tokens):
+        self.rows.append(len(tokens))
+        logits = super().step(tokens)
+        first = self.sentence == 0
+        logits[first, EOS], logits[~first, EOS] = 50.0, float("-inf")
+        return logits
+
+    def select(self, rows):
+        super().select(rows)
+        self.sentence = self.sentence[rows]
+
+
+def test_beam_search_stops_stepping_a_sentence_once_it_has_k_endings():
+    """The first sentence ends once at the first step (one beam) and k times at the second:
+    from the third step on, its k rows leave the state, long before its length limit."""
+    k, n, limit = 3, 4, 8
+    state = EndingState(n, vocab=7, seed=0)
+    found = beam_search(state, BOS, EOS, torch.full((n,), limit), beam_size=k)
+    assert found[0].tokens == [] and all(len(h.tokens) == limit for h in found[1:])
+    assert state.rows == [n, n * k] + [(n - 1) * k] * (limit - 2)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_batched_greedy_equals_one_sentence_at_a_time(seed):
     """Dropping finished rows from the state must not change the other sentences."""
@@ -529,3 +560,31 @@ def test_most_probable_is_pytorchs_argmax_on_every_path():
         found = most_probable(x)
         assert found.dtype == torch.long and torch.equal(found, x.argmax(dim=-1))
     assert torch.equal(most_probable(logits.bfloat16()), logits.bfloat16().argmax(dim=-1))
+
+
+# --- What a failed call leaves behind, and what a cache refuses.
+
+
+def test_translate_gives_the_model_its_mode_back_when_a_search_fails(tokenizer):
+    model = random_model(
+        7, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size
+    )
+    model.train()
+
+    def failing(model, src):
+        raise RuntimeError("the search failed")
+
+    with pytest.raises(RuntimeError, match="the search failed"):
+        translate(model, tokenizer, ["Ein Hund rennt."], decoder_state=failing)
+    assert model.training  # dropout on again, as the caller had it
+
+
+def test_a_cache_takes_one_new_position_at_a_time():
+    """The cached self-attention has no causal mask among new positions: two at once would let
+    the first see the second, so decode refuses them; one at a time it runs."""
+    model = random_model(8)
+    state = IncrementalDecoder(model, padded_sources(8))
+    two = torch.full((4, 2), BOS_ID)
+    with pytest.raises(ValueError, match="one position at a time, not 2"):
+        model.decode(two, None, None, cache=state.cache)
+    assert state.step(torch.full((4,), BOS_ID)).shape == (4, model.config.tgt_vocab_size)

@@ -701,3 +701,24 @@ def test_greedy_bleu_scores_the_greedy_translations_of_the_pairs(monkeypatch):
     assert 0 < measured["bleu"] < 100
     for other in ("none", "char"):  # the test can tell a helper that tokenizes otherwise
         assert sacrebleu.corpus_bleu(written, [references], tokenize=other).score != expected
+
+
+def test_evaluate_loss_gives_the_model_its_mode_back_when_a_batch_fails():
+    model = ToyModel().train()
+
+    def failing_batches():
+        yield toy_batches(-1)[0]
+        raise RuntimeError("the data failed")
+
+    with pytest.raises(RuntimeError, match="the data failed"):
+        training.evaluate_loss(model, failing_batches(), PAD)
+    assert model.training
+
+
+def test_a_run_with_no_batch_is_refused_before_its_log_is_opened(tmp_path):
+    options = training.RunOptions(device="cpu", progress=False)
+    with pytest.raises(TransformerLibError, match="returned no batch"):
+        training.train(
+            ToyModel(), lambda epoch: [], TrainingConfig(max_steps=2), tmp_path, None, options
+        )
+    assert not (tmp_path / "metrics.jsonl").exists()

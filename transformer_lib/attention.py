@@ -109,7 +109,8 @@ class MultiHeadAttention(nn.Module):
         return linear(concatenated, self.out_proj.weight, self.out_proj.bias)
 
     def project_qkv(self, x: Tensor, linear=F.linear) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention's q, k, v in one product: (B, L, d_model) -> (B, h, L, d_k, d_k, d_v)."""
+        """Self-attention's q, k, v in one product, from (B, L, d_model): q and k (B, h, L, d_k),
+        v (B, h, L, d_v)."""
         e = self.n_heads * self.d_k  # rows of W^Q and of W^K
         projected = linear(x, self.in_proj.weight, self.in_proj.bias)  # (B, L, 2 e + d_model)
         q, k, v = projected.split([e, e, self.d_model], dim=-1)

@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m transformer_lib",
         description="Train, translate with and evaluate the Transformer of the book.",
     )
-    parser.add_argument("--version", action="version", version=transformer_lib.__version__)
+    parser.add_argument("--version", action="store_true", help="show the version and exit")
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of an error, not only its line"
     )
@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit status (2: an error of the user's; a bug propagates)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.version:  # read only when asked: importlib.metadata scans every installed package
+        print(transformer_lib.__version__)
+        return 0
     if args.command is None:
         parser.print_help()
         return 0
@@ -95,7 +98,7 @@ def keep_freed_memory() -> bool:
     return libc.mallopt(-1, 2**31 - 1) == 1 and libc.mallopt(-3, 2**30) == 1
 
 
-# %% book/command_line.md:205 (cell 8)
+# %% book/command_line.md:208 (cell 8)
 def add_train_command(commands) -> None:
     summary = "train a translation model on Multi30k or your own files (paper §5)"
     command = add_command(commands, "train", run_train, summary)
@@ -180,7 +183,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:362 (cell 12)
+# %% book/command_line.md:365 (cell 12)
 def add_average_command(commands) -> None:
     summary = "average the weights of several checkpoints (paper §6.1)"
     command = add_command(commands, "average", run_average, summary)
@@ -200,7 +203,7 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:411 (cell 14)
+# %% book/command_line.md:414 (cell 14)
 # Each search option's SearchConfig field: the option's own name, but for --beam.
 SEARCH_OPTIONS = {"beam": "beam_size", **{f: f for f in ("alpha", "extra_length", "batch_size")}}
 
@@ -274,11 +277,9 @@ def _load(args: argparse.Namespace):
         from transformer_lib.engine import require_ctranslate2
 
         require_ctranslate2()
-    if args.engine == "onednn":
-        if args.device not in (None, "cpu"):
-            raise UsageError(f"--engine onednn runs on the CPU: drop --device {args.device}")
-        args.device = "cpu"  # also where a GPU is present
-    device = check_device(args.device)
+    if args.engine == "onednn" and args.device not in (None, "cpu"):
+        raise UsageError(f"--engine onednn runs on the CPU: drop --device {args.device}")
+    device = check_device("cpu" if args.engine == "onednn" else args.device)  # even with a GPU
     if args.model is not None:
         from transformer_lib.pretrained import load_pretrained
 
@@ -328,7 +329,7 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:569 (cell 18)
+# %% book/command_line.md:570 (cell 18)
 def add_evaluate_command(commands) -> None:
     summary = "BLEU and chrF of a checkpoint on a Multi30k split (sacreBLEU)"
     command = add_command(commands, "evaluate", run_evaluate, summary)
@@ -381,7 +382,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# %% book/command_line.md:646 (cell 22)
+# %% book/command_line.md:647 (cell 22)
 def add_export_command(commands) -> None:
     summary = "write a model in another runtime's format (Hugging Face, ONNX, CTranslate2)"
     command = add_command(commands, "export", run_export, summary)

@@ -443,8 +443,6 @@ def translate(
     """
     search = search or model_search(model)
     decoder_state = decoder_state or default_decoder_state(model)
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     limit = model.config.max_len  # positions of the encoder, and output tokens of the decoder
 
@@ -460,9 +458,12 @@ def translate(
         found = beam_search(state, BOS_ID, EOS_ID, max_lengths, search.beam_size, search.alpha)
         return [hypothesis.tokens for hypothesis in found]
 
-    results = in_batches(tokenizer, sentences, limit, search, search_batch, progress)
-    model.train(was_training)
-    return results
+    was_training = model.training
+    model.eval()
+    try:  # the model's mode comes back even when a search fails
+        return in_batches(tokenizer, sentences, limit, search, search_batch, progress)
+    finally:
+        model.train(was_training)
 
 
 def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=False) -> list[str]:

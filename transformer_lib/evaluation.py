@@ -34,7 +34,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:296 (cell 13)
+# %% book/translating.md:297 (cell 13)
 from transformer_lib.training import RESUMABLE_CHANGES
 
 
@@ -108,7 +108,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:377 (cell 15)
+# %% book/translating.md:378 (cell 15)
 import json
 from collections.abc import Callable
 from functools import partial

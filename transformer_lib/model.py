@@ -295,6 +295,8 @@ class Transformer(nn.Module):
         """Decoder states (B, T, d_model), before ``generator``, of target ids ``tgt`` (B, T),
         given ``memory`` and the ``src_mask`` of :meth:`encode`. ``tgt_mask`` defaults to the
         padding and causal masks; a ``DecoderCache`` decodes one position at a time."""
+        if cache is not None and tgt.shape[1] != 1:  # its attention has no causal mask to apply
+            raise ValueError(f"a DecoderCache decodes one position at a time, not {tgt.shape[1]}")
         if tgt_mask is None and cache is None:
             causal = subsequent_mask(tgt.shape[1], tgt.device)
             tgt_mask = padding_mask(tgt, self.config.pad_id) & causal
@@ -307,7 +309,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
 
 
-# %% book/command_line.md:689 (cell 24)
+# %% book/command_line.md:690 (cell 24)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 

@@ -41,12 +41,14 @@ def evaluate_loss(model: nn.Module, batches: Iterable, pad_id: int, device=None)
     was_training = model.training
     model.eval()
     total, tokens = 0.0, 0
-    for batch in batches:
-        batch = batch.to(device) if device is not None else batch
-        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-        loss, count = label_smoothed_loss(logits, batch.tgt_out, pad_id, smoothing=0.0)
-        total, tokens = total + loss.item(), tokens + int(count)
-    model.train(was_training)
+    try:  # the model's mode comes back even when a batch fails
+        for batch in batches:
+            batch = batch.to(device) if device is not None else batch
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+            loss, count = label_smoothed_loss(logits, batch.tgt_out, pad_id, smoothing=0.0)
+            total, tokens = total + loss.item(), tokens + int(count)
+    finally:
+        model.train(was_training)
     mean = total / max(tokens, 1)
     return {"loss": mean, "nll": mean, "ppl": float(np.exp(min(mean, 50.0))), "tokens": tokens}
 
@@ -190,18 +192,18 @@ def _resume(run: _RunState) -> None:
 
 
 def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) -> None:
-    """Open the log and the bar, fetch the epoch's batches, switch dropout on, start the clocks."""
-    run.metrics = open(run.run_dir / "metrics.jsonl", "a") if run.rank == 0 else None
-    hidden = not progress or run.rank != 0
-    run.bar = tqdm(total=run.config.max_steps, initial=run.step, disable=hidden, unit="step")
+    """Fetch the epoch's batches (no file is open yet), open the log and the bar, start."""
     run.epoch_batches = batches(run.epoch)
     if not run.epoch_batches:
         raise DataError("batches(epoch) returned no batch: the training data is empty")
+    run.metrics = open(run.run_dir / "metrics.jsonl", "a") if run.rank == 0 else None
+    hidden = not progress or run.rank != 0
+    run.bar = tqdm(total=run.config.max_steps, initial=run.step, disable=hidden, unit="step")
     run.model.train()
     run.window_start = run.called = time.perf_counter()
 
 
-# %% book/training_loop.md:276 (cell 6)
+# %% book/training_loop.md:278 (cell 6)
 def _update(run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], autocast):
     """One update of the next ``accumulation`` batches; whether an epoch ended on the way."""
     started = time.perf_counter()
