@@ -82,10 +82,10 @@ check: $(STAMP)
 
 # pytest exits 5 when it collects no test; that must fail the run, never pass as green. The
 # translator's graphs are exported first, once: two chapters read them, and the tests run chapters
-# side by side. The twenty slowest tests are listed at the end, to show where the time goes.
+# side by side. The ten slowest tests are listed at the end, to show where the time goes.
 test: check translator
 	$(BIN)/python tools/book_cache.py --refresh
-	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=20 $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=10 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; exit 1; fi; exit $$rc
 
 format: $(STAMP)

@@ -107,8 +107,9 @@ def averaging_by_hand(checkpoints: list[Path], pairs: list[tuple[str, str]]) -> 
     two, three = mean(states[-2:]), mean(states)
     library_two, library_three = (average_checkpoints(checkpoints[-n:])["model"] for n in (2, 3))
     assert all(torch.equal(two[key], library_two[key]) for key in two)
-    differ = sum(int((three[key] != library_three[key]).sum()) for key in three)
-    total = sum(tensor.numel() for tensor in three.values())
+    names = {tensor.data_ptr(): key for key, tensor in states[-1].items()}.values()  # tied: once
+    differ = sum(int((three[key] != library_three[key]).sum()) for key in names)
+    total = sum(three[key].numel() for key in names)
     for key in three:
         bound = 2 * torch.finfo(torch.float32).eps * sum(s[key].abs() for s in states) / len(states)
         assert ((three[key] - library_three[key]).abs() <= bound).all(), key
@@ -127,7 +128,7 @@ def averaging_by_hand(checkpoints: list[Path], pairs: list[tuple[str, str]]) -> 
     )
 
 
-# %% book/solutions.md:744 (cell 16)
+# %% book/solutions.md:745 (cell 16)
 def another_sentence(model, tokenizer, test, greedy_steps, beam_steps) -> str:
     """The walkthrough, exercise 1: another test sentence through the chapter's two loops."""
     other = [s for s, _ in test if 8 <= len(s.split()) <= 14][1]
@@ -199,7 +200,7 @@ def attention_entropy_by_layer(model, src, greedy_ids, weights, entropy) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:837 (cell 18)
+# %% book/solutions.md:838 (cell 18)
 def _references(report: dict, split: str) -> list[str]:
     """The references a report's split was scored against (its first sentences, if limited)."""
     bleu, entry = report["bleu"], report["bleu"]["splits"][split]
@@ -260,7 +261,7 @@ def what_alpha_buys(folder: Path, sentences: int = 100) -> str:
     return "\n".join(lines)
 
 
-# %% book/solutions.md:924 (cell 20)
+# %% book/solutions.md:925 (cell 20)
 def _merged_pieces(word: str, rank: dict[tuple[str, str], int]) -> list[str]:
     """A pre-tokenized word's BPE pieces: join the adjacent pair of lowest ``rank`` while any is."""
     pieces = list(word)
