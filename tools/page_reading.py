@@ -90,11 +90,11 @@ def quote(text: str, limit: int = 80) -> str:
 
 
 def prose(content: Tag) -> str:
-    """The page's text outside code and math, each block on a line of its own."""
-    copy = BeautifulSoup(str(content), "html.parser")
-    for element in copy.select(", ".join(NOT_PROSE) + ", .math, .highlight"):
+    """The page's text outside code and math, each block on a line of its own; the code and math
+    are taken out of ``content`` (read last, after the rules that need them)."""
+    for element in content.select(", ".join(NOT_PROSE) + ", .math, .highlight"):
         element.decompose()
-    return copy.get_text("\n")
+    return content.get_text("\n")
 
 
 def output_problems(content: Tag, reading: Reading) -> None:
@@ -142,12 +142,12 @@ def read_page(html: str, paths: re.Pattern) -> Reading:
     output_problems(content, reading)
     for found in dict.fromkeys(m.group(0) for m in paths.finditer(content.get_text(" "))):
         reading.problems.append(f"a path of the machine that built the book: {quote(found)}")
+    picture_problems(content, reading)
     text = prose(content)
     for pattern, what in ((RAW_MATH, "math left as TeX"), (RAW_ROLES, "MyST markup left raw")):
         for line in text.splitlines():
             if pattern.search(line):
                 reading.problems.append(f"{what}: {quote(line)}")
-    picture_problems(content, reading)
     return reading
 
 

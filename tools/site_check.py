@@ -271,11 +271,12 @@ def read_as_a_reader(report: PageReport, html: str) -> None:
 
 def check_notebooks(site: Path) -> list[PageReport]:
     """A report for each notebook the site publishes: build paths, displayed glued values."""
-    reports = []
-    for path in sorted((site / "_sources").rglob("*.ipynb")):
-        reports.append(PageReport(path.relative_to(site).as_posix()))
-        reports[-1].problems = page_reading.notebook_problems(path, BUILD_PATHS)
-    return reports
+    return [
+        PageReport(
+            path.relative_to(site).as_posix(), page_reading.notebook_problems(path, BUILD_PATHS)
+        )
+        for path in sorted((site / "_sources").rglob("*.ipynb"))
+    ]
 
 
 def check_page(
@@ -284,11 +285,12 @@ def check_page(
     relative = path.relative_to(site).as_posix()
     report = PageReport(relative)
     started = time.perf_counter()
-    read_as_a_reader(report, path.read_text(encoding="utf-8", errors="replace"))
+    html = path.read_text(encoding="utf-8", errors="replace")
+    read_as_a_reader(report, html)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     refused = watch(page, site, base, report.problems)
-    redirect = REDIRECT_RE.search(path.read_text(encoding="utf-8", errors="replace"))
+    redirect = REDIRECT_RE.search(html)
     if redirect:  # a page that only forwards the reader (index.html): its target is checked
         report.links = 1
         problem = link_problem(site, base, urljoin(base + relative, redirect["url"]))

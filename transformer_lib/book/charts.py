@@ -61,8 +61,7 @@ def draw_curves(
     with _figure(size=size) as (fig, ax):
         for number, (label, values) in enumerate(curves.items()):
             xs, ys = values if isinstance(values, tuple) else (range(len(values)), values)
-            # a colour and a style each: lines that coincide stay visible, and matplotlib's ten
-            # colours do not name two lines alike
+            # a colour and a style each: coinciding lines show, and no two look alike
             ax.plot(xs, ys, label=label, ls=LINE_STYLES[number % len(LINE_STYLES)])
         for x in marks:
             ax.axvline(x, color="grey", lw=0.8, ls="--")
@@ -70,7 +69,7 @@ def draw_curves(
         ax.legend(fontsize=8, ncol=1 + len(curves) // 6)
 
 
-# %% book/figures.md:741 (cell 13)
+# %% book/figures.md:740 (cell 13)
 def draw_learning_curves(metrics: dict, guessing=None, floors=(), learning_rate=True) -> None:
     """A row a run (label -> metrics.jsonl records): losses (``floors`` dashed, ``guessing``
     dotted) and learning rate; without ``learning_rate``, the runs' losses side by side."""
