@@ -39,11 +39,11 @@ def measure(batch: int, length: int, d_model: int, heads: int, rounds: int, devi
         # PyTorch's bool attn_mask means "may NOT attend": the inverse of ours, (L, L).
         torch_mask = None if mask is None else ~mask[0, 0]
         attend = {
-            "ours": lambda x, mask=mask: ours(x, x, x, mask),
+            "ours": lambda x, mask=mask: ours(x, mask=mask),
             "nn.MultiheadAttention": lambda x, m=torch_mask: theirs(
                 x, x, x, attn_mask=m, need_weights=False
             )[0],
-            "ours written out": lambda x, mask=mask: ours(x, x, x, mask, need_weights=True),
+            "ours written out": lambda x, mask=mask: ours(x, mask=mask, need_weights=True)[0],
         }
         ours.float(), theirs.float()
         with torch.no_grad():  # the three compute the same function (in float32; TF32 on a GPU)

@@ -107,22 +107,23 @@ def largest_difference(ours: nn.Module, theirs: nn.Module, batch: Batch) -> floa
 class AttentionVariant(nn.Module):
     """Our ``MultiHeadAttention`` with one speed-up switched off, for the table of speed-ups.
 
-    ``separate_projections``: Q, K and V of self-attention by three matrix products instead of
-    one fused product (the library's cross-attention path does exactly that with the same
-    weights, so passing distinct key and value tensors selects it). ``written_out``: the
-    explanatory softmax(QK^T/sqrt(d_k))V of the attention chapter instead of PyTorch's
+    ``separate_projections``: Q of self-attention by one matrix product and K, V by two more,
+    instead of one fused product (the library's encoder-decoder path, with the same weights,
+    over the sequence itself: ``inner`` is switched to it). ``written_out``: the explanatory
+    softmax(QK^T/sqrt(d_k))V of the attention chapter instead of PyTorch's
     ``scaled_dot_product_attention`` kernels.
     """
 
     def __init__(self, inner: MultiHeadAttention, separate_projections=False, written_out=False):
         super().__init__()
-        self.inner = inner
-        self.separate_projections, self.written_out = separate_projections, written_out
+        self.inner, self.written_out = inner, written_out
+        self.over_itself = separate_projections and not inner.cross  # self-attention, as cross
+        inner.cross = inner.cross or separate_projections
 
-    def forward(self, query, key, value, mask=None, need_weights=False, cache=None):
-        if self.separate_projections and query is key and key is value:
-            key, value = query.view_as(query), query.view_as(query)  # equal, but not the same
-        return self.inner(query, key, value, mask, need_weights or self.written_out, cache)
+    def forward(self, x, memory=None, mask=None, need_weights=False, cache=None):
+        memory = x if self.over_itself else memory
+        out = self.inner(x, memory, mask, need_weights or self.written_out, cache)
+        return out[0] if self.written_out and not need_weights else out
 
 
 def variant(model: Transformer, separate_projections=False, written_out=False) -> Transformer:

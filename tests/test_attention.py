@@ -20,6 +20,7 @@ from transformer_lib.attention import (
     scaled_dot_product_attention,
     subsequent_mask,
 )
+from transformer_lib.decoding import KeyValueCache, SourceSide
 
 DOUBLE = torch.float64
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -147,13 +148,13 @@ def test_another_scale_replaces_one_over_root_d_k_in_both_paths(scale):
     assert_close(F.scaled_dot_product_attention(q, k, v, scale=scale), expected)
     mha = random_module(d_k=4, heads=2, seed=3)
     x = torch.randn(2, 5, 8, dtype=DOUBLE)
-    default = mha(x, x, x)
+    default = mha(x)
     mha.scale = scale
-    fast, written_out = mha(x, x, x), mha(x, x, x, need_weights=True)
+    fast, (written_out, _) = mha(x), mha(x, need_weights=True)
     assert_close(fast, written_out)
     assert not torch.allclose(fast, default)  # the factor took effect
     mha.scale = 1 / math.sqrt(mha.d_k)
-    assert_close(mha(x, x, x), default)  # None means the paper's 1/sqrt(d_k)
+    assert_close(mha(x), default)  # None means the paper's 1/sqrt(d_k)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,13 +184,20 @@ def test_a_query_with_no_allowed_key_gets_zeros_and_finite_gradients():
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_multi_head_attention_with_an_empty_row_has_no_nan(need_weights):
     torch.manual_seed(0)
-    mha = MultiHeadAttention(8, 2).double()
+    mha = MultiHeadAttention(8, 2, cross=True).double()
     nn.init.normal_(mha.out_proj.bias)
     x = torch.randn(2, 4, 8, dtype=DOUBLE, requires_grad=True)
     memory = torch.randn(2, 3, 8, dtype=DOUBLE, requires_grad=True)
     mask = torch.tensor([True, True, False])[None, None, None].repeat(2, 1, 1, 1)
     mask[1] = False  # the second "source sentence" is all padding
-    out = mha(x, memory, memory, mask, need_weights=need_weights)
+    out, weights = (
+        mha(x, memory, mask, need_weights=True)
+        if need_weights
+        else (
+            mha(x, memory, mask),
+            None,
+        )
+    )
     assert torch.isfinite(out).all()
     # Zero attention output, so the row is W^O 0 + b^O: the output projection's bias.
     assert_close(out[1], mha.out_proj.bias.detach().expand(4, 8))
@@ -197,7 +205,7 @@ def test_multi_head_attention_with_an_empty_row_has_no_nan(need_weights):
     for t in [x, memory, *mha.parameters()]:
         assert torch.isfinite(t.grad).all()
     if need_weights:
-        assert torch.all(mha.weights[1] == 0)
+        assert torch.all(weights[1] == 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,9 +222,9 @@ def copy_into_torch(ours: MultiHeadAttention) -> nn.MultiheadAttention:
     return theirs.eval()
 
 
-def random_module(d_k: int, heads: int, seed: int) -> MultiHeadAttention:
+def random_module(d_k: int, heads: int, seed: int, cross: bool = False) -> MultiHeadAttention:
     torch.manual_seed(seed)
-    mha = MultiHeadAttention(d_k * heads, heads).double().eval()
+    mha = MultiHeadAttention(d_k * heads, heads, cross=cross).double().eval()
     with torch.no_grad():  # non-zero biases, so that a misplaced bias shows
         for bias in (mha.in_proj.bias, mha.out_proj.bias):
             bias.normal_()
@@ -247,19 +255,27 @@ def mha_inputs(batch, heads, d_k, lq, lk, cross, kind, seed):
     return x, memory, mask
 
 
+def attention(mha: MultiHeadAttention, x, memory, mask=None, **kwargs):
+    """``mha`` as self-attention when ``memory`` is ``x``, else as encoder-decoder attention
+    (one module, the same weights, its ``cross`` switched)."""
+    mha.cross = memory is not x
+    return mha(x, memory if mha.cross else None, mask, **kwargs)
+
+
 @SETTINGS
 @given(**{**MHA_CASES, "kind": st.sampled_from(["none", "padding", "causal", "both", "random"])})
 def test_fast_path_equals_written_out_path(batch, heads, d_k, lq, lk, cross, kind, seed):
     mha = random_module(d_k, heads, seed)
     x, memory, mask = mha_inputs(batch, heads, d_k, lq, lk, cross, kind, seed)
     x.requires_grad_(True)
-    fast = mha(x, memory, memory, mask)
+    fast = attention(mha, x, memory, mask)
     (grad_fast,) = torch.autograd.grad(fast.sum(), x)
-    written = mha(x, memory, memory, mask, need_weights=True)
+    written, weights = attention(mha, x, memory, mask, need_weights=True)
     (grad_written,) = torch.autograd.grad(written.sum(), x)
     assert_close(fast, written)
     assert_close(grad_fast, grad_written)
-    assert mha.weights.shape == (batch, heads, lq, memory.shape[1])
+    assert weights.shape == (batch, heads, lq, memory.shape[1])
+    assert_close(weights.sum(-1), (weights.sum(-1) > 0.5).to(DOUBLE))  # rows sum to 1 (or 0)
 
 
 @SETTINGS
@@ -275,8 +291,8 @@ def test_multi_head_attention_equals_pytorchs(batch, heads, d_k, lq, lk, cross, 
     if mask is not None:
         their_mask = ~mask.expand(batch, 1, lq, lk).repeat_interleave(heads, dim=0)[:, 0]
     expected, _ = theirs(x, memory, memory, attn_mask=their_mask, need_weights=False)
-    for need_weights in (False, True):
-        assert_close(mha(x, memory, memory, mask, need_weights=need_weights), expected)
+    assert_close(attention(mha, x, memory, mask), expected)
+    assert_close(attention(mha, x, memory, mask, need_weights=True)[0], expected)
 
 
 def test_multi_head_attention_equals_pytorchs_with_its_two_kinds_of_mask():
@@ -294,15 +310,18 @@ def test_multi_head_attention_equals_pytorchs_with_its_two_kinds_of_mask():
         key_padding_mask=tokens == 0,
         attn_mask=torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1),
     )
-    assert_close(mha(x, x, x, mask), expected)
+    assert_close(mha(x, mask=mask), expected)
 
 
-def test_self_attention_shortcut_equals_separate_projections():
-    """``query is key is value`` takes one matrix multiplication; equal copies take three."""
+def test_self_attention_in_one_product_equals_separate_projections():
+    """Self-attention projects q, k and v in one product; encoder-decoder attention over the
+    same sequence, with the same weights, projects the queries apart: the same output."""
     mha = random_module(d_k=4, heads=2, seed=2)
     x = torch.randn(2, 5, 8, dtype=DOUBLE)
     mask = subsequent_mask(5)
-    assert_close(mha(x, x, x, mask), mha(x, x.clone(), x.clone(), mask))
+    one_product = mha(x, mask=mask)
+    mha.cross = True
+    assert_close(one_product, mha(x, x.clone(), mask))
 
 
 def test_heads_must_divide_the_width():
@@ -314,14 +333,11 @@ def test_heads_must_divide_the_width():
 # The decoding cache: one position at a time equals full causal attention
 
 
-def cached_self_attention(mha, piece, cache: dict, mask=None, need_weights=False):
+def cached_self_attention(mha, piece, cache: KeyValueCache, mask=None, need_weights=False):
     """Self-attention of the new positions ``piece`` over the cached ones and themselves, as the
-    incremental decoder computes it: ``project_qkv``, the keys and values appended, ``attend``."""
-    q, k, v = mha.project_qkv(piece)
-    if "key" in cache:
-        k, v = torch.cat([cache["key"], k], dim=2), torch.cat([cache["value"], v], dim=2)
-    cache["key"], cache["value"] = k, v
-    return mha.attend(q, k, v, mask, need_weights)
+    decoder's cache computes it (the output alone)."""
+    out = mha(piece, mask=mask, need_weights=need_weights, cache=cache)
+    return out[0] if need_weights else out
 
 
 @SETTINGS
@@ -337,16 +353,16 @@ def test_cached_self_attention_equals_full_causal_attention(heads, d_k, chunks, 
     mha = random_module(d_k, heads, seed)
     length = sum(chunks)
     x = torch.randn(2, length, heads * d_k, dtype=DOUBLE)
-    full = mha(x, x, x, subsequent_mask(length))
-    cache, pieces, start = {}, [], 0
+    full = mha(x, mask=subsequent_mask(length))
+    cache, pieces, start = KeyValueCache(), [], 0
     for size in chunks:
         piece = x[:, start : start + size]
         # The new queries see every cached key and the new keys up to themselves.
         mask = subsequent_mask(start + size)[:, :, start:] if size > 1 else None
         pieces.append(cached_self_attention(mha, piece, cache, mask, need_weights))
         start += size
-        assert cache["key"].shape == (2, heads, start, d_k)
-        assert cache["value"].shape == (2, heads, start, d_k)
+        assert cache.keys.shape == (2, heads, start, d_k)
+        assert cache.values.shape == (2, heads, start, d_k)
     assert_close(torch.cat(pieces, dim=1), full)
 
 
@@ -354,8 +370,8 @@ def test_one_token_at_a_time_equals_full_causal_attention_with_padding():
     mha = random_module(d_k=2, heads=3, seed=3)
     x = torch.randn(2, 6, 6, dtype=DOUBLE)
     keys_ok = torch.tensor([[True] * 6, [True, True, True, False, True, True]])  # a hole
-    full = mha(x, x, x, subsequent_mask(6) & keys_ok[:, None, None, :])
-    cache, steps = {}, []
+    full = mha(x, mask=subsequent_mask(6) & keys_ok[:, None, None, :])
+    cache, steps = KeyValueCache(), []
     for t in range(6):
         step_mask = keys_ok[:, None, None, : t + 1]  # (B, 1, 1, t + 1)
         steps.append(cached_self_attention(mha, x[:, t : t + 1], cache, step_mask))
@@ -363,25 +379,32 @@ def test_one_token_at_a_time_equals_full_causal_attention_with_padding():
 
 
 def test_cross_attention_over_keys_projected_once_equals_the_whole_module():
-    """``project_kv`` once, then each position's queries attend over those keys and values."""
-    mha = random_module(d_k=3, heads=2, seed=4)
+    """``project_kv`` once, into a cache; then each position's queries attend over those keys and
+    values."""
+    mha = random_module(d_k=3, heads=2, seed=4, cross=True)
     x = torch.randn(2, 4, 6, dtype=DOUBLE)
     memory = torch.randn(2, 5, 6, dtype=DOUBLE)
     src_ok = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, None, :]
-    full = mha(x, memory, memory, src_ok)
+    full = mha(x, memory, src_ok)
     keys, values = mha.project_kv(memory)
     assert keys.shape == (2, 2, 5, 3) and values.shape == (2, 2, 5, 3)
-    steps = [mha.attend(mha.project_q(x[:, t : t + 1]), keys, values, src_ok) for t in range(4)]
+    cache = KeyValueCache(keys, values, source=SourceSide(src_ok))
+    steps = [mha(x[:, t : t + 1], cache=cache) for t in range(4)]
     assert_close(torch.cat(steps, dim=1), full)
 
 
-def test_forward_is_the_projections_then_attend():
-    """``forward`` = the projections, then ``attend``; ``attend``'s written-out path (with the
-    weights) computes what its fused kernel does."""
+def test_the_weights_are_returned_and_the_module_keeps_nothing():
+    """With ``need_weights``, ``(out, weights)``: the written-out path's weights, whose rows sum
+    to 1 and which reproduce the output; the module holds no tensor of the call afterwards."""
     mha = random_module(d_k=2, heads=3, seed=5)
-    x, memory = torch.randn(2, 4, 6, dtype=DOUBLE), torch.randn(2, 7, 6, dtype=DOUBLE)
+    x = torch.randn(2, 4, 6, dtype=DOUBLE)
     mask = subsequent_mask(4)
-    assert_close(mha.attend(*mha.project_qkv(x), mask, need_weights=True), mha(x, x, x, mask))
-    assert mha.weights.shape == (2, 3, 4, 4)
-    q, (k, v) = mha.project_q(x), mha.project_kv(memory)
-    assert_close(mha.attend(q, k, v), mha(x, memory, memory))
+    out, weights = mha(x, mask=mask, need_weights=True)
+    assert_close(out, mha(x, mask=mask))
+    assert weights.shape == (2, 3, 4, 4)
+    assert_close(weights.sum(-1), torch.ones(2, 3, 4, dtype=DOUBLE))
+    assert torch.all(weights.masked_select(~mask.expand_as(weights)) == 0)  # no later position
+    _, _, v = mha.in_proj(x).split([6, 6, 6], -1)
+    by_hand = (weights @ mha.split_heads(v)).transpose(1, 2).flatten(2)
+    assert_close(mha.out_proj(by_hand), out)
+    assert not [name for name, value in vars(mha).items() if isinstance(value, torch.Tensor)]

@@ -54,8 +54,8 @@ USERS_ERRORS = [
         "/runs/x.pt: Permission denied",
     ),
     (
-        OSError(errno.EXDEV, "Invalid cross-device link", "/tmp/a.tmp", None, "/runs/a.pt"),
-        "/tmp/a.tmp and /runs/a.pt: Invalid cross-device link",
+        PermissionError(errno.EACCES, "Permission denied", "/tmp/a.tmp", None, "/runs/a.pt"),
+        "/tmp/a.tmp and /runs/a.pt: Permission denied",
     ),
 ]
 
@@ -71,7 +71,14 @@ def test_an_error_of_the_users_is_one_line_and_status_2(monkeypatch, tmp_path, c
 
 @pytest.mark.parametrize(
     "error",
-    [RuntimeError("a bug"), ValueError("a plain ValueError"), KeyError("model"), TypeError()],
+    [
+        RuntimeError("a bug"),
+        ValueError("a plain ValueError"),
+        KeyError("model"),
+        TypeError(),
+        OSError(errno.EXDEV, "Invalid cross-device link", "/tmp/a.tmp", None, "/runs/a.pt"),
+        OSError(errno.ENOSPC, "No space left on device", "/runs/a.pt"),
+    ],
 )
 def test_any_other_exception_is_a_bug_and_propagates(monkeypatch, tmp_path, capsys, error):
     with pytest.raises(type(error)) as raised:

@@ -123,11 +123,11 @@ def test_every_box_names_code_that_exists(name):
 
 def test_figure_2_shows_the_lines_of_the_code():
     """The five steps on the left are lines of scaled_dot_product_attention, the concatenation a
-    line of MultiHeadAttention.merge_heads."""
+    line of MultiHeadAttention.forward."""
     source = inspect.getsource(scaled_dot_product_attention)
     for _, line in diagrams.ATTENTION_STEPS:
         assert line in source, line
-    assert "transpose(1, 2).flatten(2)" in inspect.getsource(MultiHeadAttention.merge_heads)
+    assert "transpose(1, 2).flatten(2)" in inspect.getsource(MultiHeadAttention.forward)
 
 
 def test_every_link_points_to_a_target_before_the_cell_that_defines_it():

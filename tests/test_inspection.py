@@ -72,8 +72,8 @@ def test_reading_the_maps_changes_nothing_and_leaves_no_hook(model):
     with torch.no_grad():
         plain = model(SRC, TGT)
         src_mask = padding_mask(SRC, PAD)
-        memory = model.encode(SRC, src_mask)
-        with_weights = model.generator(model.decode(TGT, memory, src_mask, need_weights=True))
+        memory = model.encode(SRC, src_mask, weights=[])
+        with_weights = model.generator(model.decode(TGT, memory, src_mask, weights=[]))
     assert torch.allclose(plain, with_weights, atol=1e-12)  # the written-out path agrees
 
 

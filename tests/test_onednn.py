@@ -5,9 +5,8 @@ every step (to float32 rounding: the two libraries add a product's terms in diff
 whatever the model's variant and the order of the rows, and the same searches' outputs."""
 
 import contextlib
-import gc
+import copy
 import json
-import weakref
 
 import pytest
 import torch
@@ -26,12 +25,7 @@ from transformer_lib.decoding import (
 )
 from transformer_lib.engine import EngineError, make_translator
 from transformer_lib.model import Transformer, TransformerConfig
-from transformer_lib.onednn import (
-    OneDNNError,
-    PackedWeights,
-    onednn_linear,
-    packed_weights_for,
-)
+from transformer_lib.onednn import OneDNNError, PackedWeights, onednn_linear
 from transformer_lib.pretrained import save_pretrained
 from transformer_lib.tokenizer import BOS_ID, EOS_ID, BPETokenizer
 
@@ -178,7 +172,7 @@ def test_translate_decodes_with_onednn_only_where_it_runs(monkeypatch):
     """translate's default: oneDNN's decoder for float32 weights on a CPU whose PyTorch has it;
     PyTorch's kernels for other weights and where oneDNN is missing."""
     model = seeded_model()
-    assert default_decoder_state(model) is OneDNNDecoder
+    assert isinstance(default_decoder_state(model)(model, torch.ones(2, 3).long()), OneDNNDecoder)
     assert default_decoder_state(seeded_model().double()) is SentenceGroupedDecoder
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     assert default_decoder_state(model) is SentenceGroupedDecoder
@@ -376,66 +370,47 @@ def test_a_pytorch_without_onednn_is_refused_in_one_sentence(tmp_path, monkeypat
 @pytest.mark.parametrize("relu", [False, True])
 def test_packed_weights_compute_the_linear_layer_and_reorder_each_weight_once(relu):
     torch.manual_seed(0)
-    x, weight, bias = torch.randn(7, 3, 16), torch.randn(24, 16), torch.randn(24)
-    expected = torch.nn.functional.linear(x, weight, bias)
-    expected = expected.relu() if relu else expected
-    linear = PackedWeights()
+    x, module = torch.randn(7, 3, 16), torch.nn.Linear(16, 24)
+    expected = module(x).relu() if relu else module(x)
+    packed = PackedWeights()
     for _ in range(2):  # the second call reads the copy the first one made
-        torch.testing.assert_close(linear(x, weight, bias, relu=relu), expected)
-    if linear.reorder is not None:
-        assert len(linear.packed) == 1
+        torch.testing.assert_close(packed(x, module, relu=relu), expected)
+    assert len(packed.packed) == 1
 
 
-def test_a_slice_of_a_weight_is_reordered_once_though_each_call_makes_a_new_one():
-    """project_q multiplies by in_proj.weight[:e], a new tensor at every call; two slices of
-    one weight are two weights."""
+def test_rows_of_a_weight_are_reordered_once_each():
+    """The decoder multiplies by W^Q, the first rows of in_proj, and by W^K and W^V, the next:
+    each its own reordered matrix, made at the first call only."""
     torch.manual_seed(0)
-    x, weight = torch.randn(5, 16), torch.randn(24, 16)
-    linear = PackedWeights()
+    x, module = torch.randn(5, 16), torch.nn.Linear(16, 24)
+    packed = PackedWeights()
     for _ in range(3):
-        torch.testing.assert_close(linear(x, weight[:8]), x @ weight[:8].T)
-        torch.testing.assert_close(linear(x, weight[8:16]), x @ weight[8:16].T)
-    if linear.reorder is not None:
-        assert len(linear.packed) == 2
+        for rows in (slice(8), slice(8, 16), slice(16, None)):
+            expected = x @ module.weight[rows].T + module.bias[rows]
+            torch.testing.assert_close(packed(x, module, rows), expected)
+    assert len(packed.packed) == 3
 
 
-def test_a_weight_changed_in_place_is_reordered_again():
-    torch.manual_seed(0)
-    x, weight = torch.randn(5, 16), torch.randn(24, 16)
-    linear = PackedWeights()
-    linear(x, weight)
+def test_translate_sees_weights_changed_in_place_between_calls(folder):
+    """Each translate call packs the weights afresh: after load_state_dict (which copies into
+    the model's tensors), the model translates as the model whose weights it loaded."""
+    from transformer_lib.pretrained import load_pretrained
+
+    model, tokenizer = load_pretrained(folder)
+    other = copy.deepcopy(model)
     with torch.no_grad():
-        weight.mul_(2)  # as an optimizer's step or load_state_dict changes it
-    torch.testing.assert_close(linear(x, weight), x @ weight.T)
-    torch.testing.assert_close(linear(x, weight[:8]), x @ weight[:8].T)  # a slice shares it
-
-
-def test_a_model_keeps_its_packed_weights_and_forgets_those_it_no_longer_holds():
-    torch.manual_seed(0)
-    model, other = torch.nn.Linear(16, 24), torch.nn.Linear(16, 24)
-    linear = packed_weights_for(model)
-    assert packed_weights_for(model) is linear and packed_weights_for(other) is not linear
-    x = torch.randn(5, 16)
-    linear(x, model.weight)
-    if linear.reorder is None:
-        return
-    assert len(linear.packed) == 1
-    model.weight = torch.nn.Parameter(torch.randn(24, 16))  # replaced: the old copy goes
-    assert not packed_weights_for(model).packed
-    torch.testing.assert_close(linear(x, model.weight, model.bias), model(x))
-
-
-def test_packed_weights_go_with_their_model():
-    model = torch.nn.Linear(4, 4)
-    alive = weakref.ref(packed_weights_for(model))
-    del model
-    gc.collect()
-    assert alive() is None
+        for parameter in other.parameters():
+            parameter.add_(torch.randn_like(parameter))
+    sentences = ["ein hund läuft", "zwei katzen schlafen", "ein mann"]
+    before, theirs = (translate(m, tokenizer, sentences, GREEDY) for m in (model, other))
+    assert before != theirs  # the change shows in the translations
+    model.load_state_dict(other.state_dict())
+    assert translate(model, tokenizer, sentences, GREEDY) == theirs
 
 
 def test_packed_weights_multiply_the_plain_weight_without_the_reordering_operator():
     torch.manual_seed(0)
-    x, weight = torch.randn(5, 8), torch.randn(6, 8)
-    linear = PackedWeights()
-    linear.reorder = None  # as in a PyTorch without it
-    assert torch.equal(linear(x, weight), onednn_linear(x, weight)) and not linear.packed
+    x, module = torch.randn(5, 8), torch.nn.Linear(8, 6)
+    packed = PackedWeights()
+    packed.reorder = None  # as in a PyTorch without it
+    assert torch.equal(packed(x, module), onednn_linear(x, module.weight, module.bias))

@@ -146,7 +146,7 @@ def test_the_script_writes_every_artifact(tiny_report):
 
 @pytest.mark.slow
 def test_attention_labels_fit_the_model_that_wrote_them(tiny_report):
-    """The stored weights equal those read straight off the averaged model's modules, with the
+    """The stored weights equal those the averaged model's decoder hands back, with the
     decoder fed <s> + translation; the labels spell the source and the translation."""
     from transformer_lib.evaluation import load_translator
     from transformer_lib.tokenizer import BOS_ID, EOS_ID
@@ -158,9 +158,9 @@ def test_attention_labels_fit_the_model_that_wrote_them(tiny_report):
         src = tokenizer.encode(sentence["source"]) + [EOS_ID]
         out = tokenizer.encode(sentence["translation"]) + [EOS_ID]
         with torch.no_grad():
-            memory = model.encode(torch.tensor([src]))
-            model.decode(torch.tensor([[BOS_ID] + out[:-1]]), memory, None, need_weights=True)
-        cross = torch.stack([layer.cross_attn.weights[0] for layer in model.decoder.layers])
+            memory, weights = model.encode(torch.tensor([src])), []
+            model.decode(torch.tensor([[BOS_ID] + out[:-1]]), memory, None, weights=weights)
+        cross = torch.stack([found[0] for found in weights[1::2]])  # each layer's second
         stored = torch.tensor(sentence["weights"]["cross"])  # (N, h, T, S)
         assert stored.shape == cross.shape == (2, 4, len(out), len(src))
         assert torch.allclose(stored, cross, atol=6e-4)

@@ -47,12 +47,15 @@ LAYERS = [
     ["__init__"],  # the package itself: its version, and its public names on first use
     ["errors"],  # the one base class of the errors a user can fix
     ["provenance"],  # atomic files, commit, machine: it knows nothing of the model or the data
-    # masks, files, processes; oneDNN's products (decoding and training may use them); the
-    # learning-rate schedule; the training objective and its one update
-    ["attention", "checkpoints", "data", "distributed", "objective", "onednn", "schedule"],
-    ["model", "tokenizer"],  # the Transformer; the BPE vocabulary (raises data's DataError)
-    ["batching", "decoding", "packing"],  # on a model or a tokenizer; batches without padding
-    ["training"],  # the loop: a run's files, resumption, validation
+    # masks, files, processes; the learning-rate schedule
+    ["attention", "checkpoints", "data", "distributed", "schedule"],
+    # the Transformer; the BPE vocabulary (raises data's DataError); the training objective, its
+    # update and its loop (on the schedule's optimizer)
+    ["model", "objective", "tokenizer"],
+    # on a model or a tokenizer: batches; oneDNN's products and its decoder step, with the model's
+    # modules and wiring (decoding and training use them); batches without padding
+    ["batching", "onednn", "packing"],
+    ["decoding", "training"],  # the searches and translate; the loop: files, resumption, validation
     ["pretrained"],  # the shipped models' folders (safetensors, config, tokenizer, checksums)
     # BLEU and averaging; the CTranslate2 engine; ONNX graphs
     ["engine", "evaluation", "export", "marian"],  # ... and our model as a MarianMT model

@@ -16,7 +16,7 @@ import pytest
 import sacrebleu
 import torch
 import torch.nn.functional as F
-from toy_seq2seq import PAD, ToyModel, toy_batches
+from toy_seq2seq import PAD, ToyModel, concat, toy_batches
 
 from transformer_lib import objective, recipe, training
 from transformer_lib.checkpoints import (
@@ -26,6 +26,7 @@ from transformer_lib.checkpoints import (
     save_checkpoint,
     set_rng_state,
 )
+from transformer_lib.data import DataError
 from transformer_lib.errors import TransformerLibError
 from transformer_lib.objective import TrainingConfig, label_smoothed_loss, smoothed_targets
 from transformer_lib.schedule import cooldown, make_optimizer, rate
@@ -722,3 +723,22 @@ def test_a_run_with_no_batch_is_refused_before_its_log_is_opened(tmp_path):
             ToyModel(), lambda epoch: [], TrainingConfig(max_steps=2), tmp_path, None, options
         )
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_batch_over_max_tokens_is_refused_naming_the_budget(tmp_path):
+    """``train`` holds the batches to ``max_tokens``, the budget the run records: the first epoch
+    before the log is opened, a later one when it starts (the run's checkpoints stay whole)."""
+    options = training.RunOptions(device="cpu", progress=False)
+    widest = max(max(b.src.numel(), b.tgt_in.numel()) for b in toy_batches(0))
+    too_small = TrainingConfig(max_steps=2, warmup_steps=1, max_tokens=widest - 1)
+    with pytest.raises(DataError, match=f"{widest} padded tokens on a side, over max_tokens"):
+        training.train(ToyModel(), toy_batches, too_small, tmp_path / "first", None, options)
+    assert not (tmp_path / "first/metrics.jsonl").exists()
+    budget = dataclasses.replace(too_small, max_tokens=widest, max_steps=2 * len(toy_batches(0)))
+
+    def wider_later(epoch: int) -> list:
+        return toy_batches(epoch) if epoch == 0 else [concat(toy_batches(epoch))]  # 12 pairs
+
+    with pytest.raises(DataError, match="epoch 1 has a batch"):
+        training.train(ToyModel(), wider_later, budget, tmp_path / "later", None, options)
+    training.train(ToyModel(), toy_batches, budget, tmp_path / "within", None, options)

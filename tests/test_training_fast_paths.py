@@ -153,7 +153,7 @@ def test_the_flex_block_masks_list_the_tiles_pytorch_finds_by_evaluating_every_s
         src, tgt = (sentences(n, length - sum(n) if trial % 2 else 0) for n in lengths)
         block = (4, 8, 16)[trial % 3]
         for q, k, causal in ((src, src, False), (tgt, tgt, True), (tgt, src, False)):
-            ours = sentence_block_mask(q, k, causal, block)
+            ours = sentence_block_mask(q, k, causal, block).block_mask
             keys = ours.kv_indices.shape[-1]
             reference = create_block_mask(
                 ours.mask_mod, 1, 1, q.numel(), k.numel(), device="cpu", BLOCK_SIZE=block

@@ -57,6 +57,7 @@ from transformer_lib.book.variations import (
 )
 from transformer_lib.data import DATA_ENV, load_multi30k
 from transformer_lib.decoding import (
+    KeyValueCache,
     SearchConfig,
     beam_search,
     translate,
@@ -114,7 +115,8 @@ def attention_head_by_head(mha: MultiHeadAttention, query, key, value, mask):
 @pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
 @pytest.mark.parametrize("need_weights", [False, True], ids=["fast", "written-out"])
 def test_narrow_keys_equal_attention_written_out_head_by_head(d_k, cross, need_weights):
-    mha = randomise(MultiHeadAttention(d_model=12, n_heads=3, d_k=d_k), d_k).double().eval()
+    attention = MultiHeadAttention(d_model=12, n_heads=3, d_k=d_k, cross=cross)
+    mha = randomise(attention, d_k).double().eval()
     assert mha.in_proj.weight.shape == (2 * 3 * d_k + 12, 12)
     g = torch.Generator().manual_seed(d_k)
     x = torch.randn(2, 5, 12, generator=g, dtype=DOUBLE)
@@ -124,7 +126,8 @@ def test_narrow_keys_equal_attention_written_out_head_by_head(d_k, cross, need_w
     if not cross:
         mask = mask & subsequent_mask(5)
     mask = mask.expand(2, 1, 5, memory.shape[1])
-    ours = mha(x, memory, memory, mask, need_weights=need_weights)
+    ours = mha(x, memory if cross else None, mask, need_weights=need_weights)
+    ours = ours[0] if need_weights else ours
     assert_close(ours, attention_head_by_head(mha, x, memory, memory, mask))
 
 
@@ -144,18 +147,14 @@ def test_default_key_width_is_the_papers_layout():
 def test_narrow_keys_cached_one_step_at_a_time_equal_full_causal_attention(chunks):
     mha = randomise(MultiHeadAttention(d_model=12, n_heads=2, d_k=5), 1).double().eval()
     x = torch.randn(3, sum(chunks), 12, dtype=DOUBLE, generator=torch.Generator().manual_seed(1))
-    full = mha(x, x, x, subsequent_mask(sum(chunks)))
-    cache, pieces, start = {}, [], 0
+    full = mha(x, mask=subsequent_mask(sum(chunks)))
+    cache, pieces, start = KeyValueCache(), [], 0
     for size in chunks:
         part = x[:, start : start + size]
         mask = subsequent_mask(start + size)[:, :, start:]  # new rows see every earlier key
-        q, k, v = mha.project_qkv(part)  # the incremental decoder's step, several positions
-        if "key" in cache:
-            k, v = torch.cat([cache["key"], k], dim=2), torch.cat([cache["value"], v], dim=2)
-        cache["key"], cache["value"] = k, v
-        pieces.append(mha.attend(q, k, v, mask))
+        pieces.append(mha(part, mask=mask, cache=cache))  # several positions at a time
         start += size
-    assert cache["key"].shape[-1] == 5 and cache["value"].shape[-1] == 6
+    assert cache.keys.shape[-1] == 5 and cache.values.shape[-1] == 6
     assert_close(torch.cat(pieces, dim=1), full)
 
 

@@ -29,7 +29,6 @@ import math
 
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 
 def scaled_dot_product_attention(
@@ -57,30 +56,15 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
 
 
-# %% book/attention.md:286 (cell 18)
+# %% book/attention.md:285 (cell 18)
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention (§3.2.2): Concat(head_1, ..., head_h) W^O, with head_i =
-    Attention(Q W_i^Q, K W_i^K, V W_i^V), by PyTorch's fused kernel unless weights are asked for.
+    """Multi-head attention (§3.2.2): Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q,
+    K W_i^K, V W_i^V), by PyTorch's fused kernel unless weights are asked for. ``n_heads``, h, must
+    divide ``d_model`` and ``d_k`` be positive (else a ConfigError); ``d_k`` narrows queries and
+    keys (Table 3, row B); ``cross``: encoder-decoder attention, keys and values from ``memory``
+    (else self-attention: queries, keys and values from ``x``, in one product)."""
 
-    Args:
-        n_heads: h, which must divide ``d_model``; each head's values are d_model / h wide.
-        dropout: on the attention weights, in training only; none by default (§5.4 is silent).
-        d_k: another width for queries and keys (Table 3, row B); None: d_model / h.
-        scale: replaces the 1/sqrt(d_k) of the scores (footnote 4), for experiments only.
-
-    Raises:
-        ConfigError: ``n_heads`` does not divide ``d_model``, or ``d_k`` is not positive.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        dropout: float = 0.0,
-        bias: bool = True,
-        d_k: int | None = None,
-        scale: float | None = None,
-    ):
+    def __init__(self, d_model: int, n_heads: int, d_k: int | None = None, cross: bool = False):
         super().__init__()
         if d_model % n_heads:
             raise ConfigError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
@@ -88,101 +72,50 @@ class MultiHeadAttention(nn.Module):
         d_k = d_v if d_k is None else d_k  # Table 3, row B shrinks queries and keys only
         if d_k < 1:
             raise ConfigError(f"d_k must be positive, got {d_k}")
-        self.d_model, self.n_heads, self.d_k, self.d_v = d_model, n_heads, d_k, d_v
-        self.dropout = dropout  # on the attention weights: none by default, see the docstring
-        self.scale = scale  # None: 1/sqrt(d_k), the paper's
+        self.d_model, self.n_heads, self.cross = d_model, n_heads, cross
+        self.d_k, self.d_v = d_k, d_v
+        self.scale: float | None = None  # None: 1/sqrt(d_k); other values for experiments only
         # W^Q and W^K (h * d_k rows each), then W^V (h * d_v = d_model rows), of all heads.
-        self.in_proj = nn.Linear(d_model, 2 * n_heads * d_k + d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
-        self.weights: Tensor | None = None  # the last weights, when asked for (need_weights)
+        self.in_proj = nn.Linear(d_model, 2 * n_heads * d_k + d_model)
+        self.out_proj = nn.Linear(d_model, d_model)  # W^O
 
     def split_heads(self, x: Tensor) -> Tensor:
         """The heads side by side become a dimension: (B, L, h * width) -> (B, h, L, width)."""
-        return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)  # (B, h, L, width)
+        return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
 
-    def merge_heads(self, out: Tensor, linear=None) -> Tensor:
-        """Concat(head_1, ..., head_h) W^O (§3.2.2): (B, h, L, d_v) -> (B, L, d_model); an
-        engine's ``linear(x, weight, bias)`` may compute the product."""
-        concatenated = out.transpose(1, 2).flatten(2)  # (B, L, h * d_v)
-        if linear is None:
-            return self.out_proj(concatenated)
-        return linear(concatenated, self.out_proj.weight, self.out_proj.bias)
+    def project(self, x: Tensor, rows: slice) -> Tensor:
+        """``x`` (B, L, d_model) by some rows of ``in_proj`` (W^Q, W^K or W^V), heads apart."""
+        return self.split_heads(F.linear(x, self.in_proj.weight[rows], self.in_proj.bias[rows]))
 
-    def project_qkv(self, x: Tensor, linear=F.linear) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention's q, k, v in one product, from (B, L, d_model): q and k (B, h, L, d_k),
-        v (B, h, L, d_v)."""
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """The keys (B, h, S, d_k) and values (B, h, S, d_v) of ``memory`` (B, S, d_model)."""
         e = self.n_heads * self.d_k  # rows of W^Q and of W^K
-        projected = linear(x, self.in_proj.weight, self.in_proj.bias)  # (B, L, 2 e + d_model)
-        q, k, v = projected.split([e, e, self.d_model], dim=-1)
-        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        return self.project(memory, slice(e, 2 * e)), self.project(memory, slice(2 * e, None))
 
-    def project_q(self, query: Tensor, linear=F.linear) -> Tensor:
-        """The queries of ``query`` (B, L_q, d_model) by W^Q alone: (B, h, L_q, d_k)."""
-        return self._project(query, slice(0, self.n_heads * self.d_k), linear)
-
-    def project_kv(
-        self, key: Tensor, value: Tensor | None = None, linear=F.linear
-    ) -> tuple[Tensor, Tensor]:
-        """The keys and values of another sequence (``value`` defaults to ``key``) by W^K, W^V."""
-        e = self.n_heads * self.d_k  # rows of W^Q and of W^K
-        k = self._project(key, slice(e, 2 * e), linear)  # (B, h, L_k, d_k)
-        v = self._project(key if value is None else value, slice(2 * e, None), linear)
-        return k, v  # (B, h, L_k, d_k), (B, h, L_k, d_v)
-
-    def _project(self, x: Tensor, rows: slice, linear=F.linear) -> Tensor:
-        """``x`` by some ``rows`` of ``in_proj`` (W^Q, W^K or W^V), split into the heads."""
-        bias = None if self.in_proj.bias is None else self.in_proj.bias[rows]
-        return self.split_heads(linear(x, self.in_proj.weight[rows], bias))
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None = None,
-        need_weights: bool = False,
-        cache=None,
-    ) -> Tensor:
-        """Attend from ``query`` (B, L_q, d_model) to ``key`` and ``value`` (B, L_k, d_model)
-        with all heads at once (§3.2.2): (B, L_q, d_model); one tensor as all three: one product.
-
-        Args:
-            mask: bool, broadcasts to (B, h, L_q, L_k), ``True`` = may attend; None: every key.
-            need_weights: take the written-out path and keep the weights in ``self.weights``.
-            cache: a decoder's ``KeyValueCache`` (chapter Decoding): the earlier positions' keys
-                and values in self-attention, the memory's, projected once, in encoder-decoder
-                attention; its ``linear`` computes the projections (None: PyTorch's).
-        """
-        linear = F.linear if cache is None or cache.linear is None else cache.linear
-        if query is key and key is value:  # self-attention: one matrix multiplication
-            q, k, v = self.project_qkv(query, linear)  # (B, h, L, .)
+    def forward(self, x: Tensor, memory=None, mask=None, need_weights=False, cache=None):
+        """Attend from ``x`` (B, L, d_model), all heads at once: (B, L, d_model), or with
+        ``need_weights`` ``(out, weights)``, weights (B, h, L, L_k). ``memory`` (B, L_k, d_model):
+        the encoder's output; ``mask`` broadcasts to (B, h, L, L_k), ``True`` = may attend;
+        ``cache``: the decoder's (chapter Decoding), earlier keys and values or the memory's."""
+        shape, e = x.shape, self.n_heads * self.d_k
+        if not self.cross:  # self-attention: W^Q, W^K and W^V in one product
+            q, k, v = map(self.split_heads, self.in_proj(x).split([e, e, self.d_model], -1))
             if cache is not None:  # the earlier positions' keys and values, then these
                 k, v = cache.extend(k, v)  # (B, h, t + L, .)
-            return self.attend(q, k, v, mask, need_weights)
-        shape = query.shape  # (B, L_q, d_model)
-        if cache is None:
-            k, v = self.project_kv(key, value)  # (B, h, L_k, d_k), (B, h, L_k, d_v)
-        else:  # the encoder side's, projected once; the queries may come grouped by sentence
-            query, k, v, mask = cache.source.arrange(query, cache.keys, cache.values)
-        return self.attend(self.project_q(query, linear), k, v, mask, need_weights).view(shape)
-
-    def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights=False
-    ) -> Tensor:
-        """The heads' attention of projected q, k, v (B, h, L, .), then Concat and W^O: (B, L_q,
-        d_model); a ``BlockMask`` (packed sentences) runs ``flex_attention``: no dropout there."""
-        dropout_p = self.dropout if self.training else 0.0
-        if isinstance(mask, BlockMask):
-            if dropout_p > 0.0 or need_weights:
-                raise ConfigError("flex_attention neither drops attention weights nor returns them")
-            out = flex_attention(q, k, v, block_mask=mask, scale=self.scale)
+        elif cache is None:  # queries from x, keys and values from the memory
+            q, (k, v) = self.project(x, slice(0, e)), self.project_kv(memory)
+        else:  # the memory's keys and values, projected once; the cache may regroup the queries
+            x, k, v, mask = cache.source.arrange(x, cache.keys, cache.values)
+            q = self.project(x, slice(0, e))
+        if hasattr(mask, "attend"):  # a mask that runs its own kernel (packed sentences)
+            out, weights = mask.attend(q, k, v, self.scale), None
         elif need_weights:
-            out, self.weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, self.scale)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, scale=self.scale)
         else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scale
-            )
-        return self.merge_heads(out)  # (B, L_q, d_model)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        concatenated = out.transpose(1, 2).flatten(2)  # Concat(head_1, ..., head_h): (B, L, h d_v)
+        out = self.out_proj(concatenated).view(shape)  # W^O
+        return (out, weights) if need_weights else out
 
 
 __all__ = ["padding_mask", "subsequent_mask", "scaled_dot_product_attention", "MultiHeadAttention"]

@@ -210,12 +210,11 @@ class RerunDecoder:
 # %% book/decoding.md:326 (cell 8)
 class KeyValueCache:
     """One attention's keys (B, h, t, d_k) and values (B, h, t, d_v) between a decoder's steps,
-    which ``MultiHeadAttention.forward(..., cache=)`` reads and extends; ``linear(x, weight,
-    bias)`` computes its projections (None: PyTorch's), ``source`` is the :class:`SourceSide` of
-    encoder-decoder attention."""
+    which ``MultiHeadAttention.forward(..., cache=)`` reads and extends; ``source`` is the
+    :class:`SourceSide` of encoder-decoder attention."""
 
-    def __init__(self, keys=None, values=None, linear=None, source=None):
-        self.keys, self.values, self.linear, self.source = keys, values, linear, source
+    def __init__(self, keys=None, values=None, source=None):
+        self.keys, self.values, self.source = keys, values, source
         self.length = 0 if keys is None else keys.shape[2]  # positions held
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -266,11 +265,11 @@ class DecoderCache:
     ``Transformer.decode(..., cache=)`` reads and extends. ``source_kv``: each layer's keys (N, h,
     S, d_k) and values (N, h, S, d_v) of the memory; ``own_kv``: its self-attention's so far."""
 
-    def __init__(self, source_kv: list, side: SourceSide, linear=None, own_kv: list | None = None):
+    def __init__(self, source_kv: list, side: SourceSide, own_kv: list | None = None):
         self.side, self.length = side, 0 if own_kv is None else own_kv[0][0].shape[2]
         own_kv = own_kv or [(None, None)] * len(source_kv)
         self.layers = [
-            (KeyValueCache(*own, linear=linear), KeyValueCache(*kv, linear=linear, source=side))
+            (KeyValueCache(*own), KeyValueCache(*kv, source=side))
             for own, kv in zip(own_kv, source_kv, strict=True)
         ]
 
@@ -295,13 +294,12 @@ class IncrementalDecoder:
     model's own forward with a :class:`DecoderCache`; arguments as :class:`RerunDecoder`'s."""
 
     side = SourceSide  # how rows find the encoder side: a copy for each row
-    linear = None  # the projections' product (None: PyTorch's); an engine's decoder sets its own
 
     def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
         self.model = model
         src_mask = padding_mask(src, model.config.pad_id) if src_mask is None else src_mask
-        source_kv = self.project_memory(self.encode(src, src_mask), self.linear)  # memory's
-        self.cache = DecoderCache(source_kv, self.side(src_mask), self.linear)
+        source_kv = self.project_memory(self.encode(src, src_mask))  # the memory's, once
+        self.cache = DecoderCache(source_kv, self.side(src_mask))
 
     def step(self, tokens: Tensor) -> Tensor:
         states = self.model.decode(tokens[:, None], None, None, cache=self.cache)  # (N, 1, d)
@@ -311,10 +309,9 @@ class IncrementalDecoder:
         """The memory (N, S, d_model) of the sources ``src`` (N, S) under ``src_mask``."""
         return self.model.encode(src, src_mask)
 
-    def project_memory(self, memory: Tensor, linear=None) -> list[tuple[Tensor, Tensor]]:
+    def project_memory(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Every layer's encoder-decoder keys (N, h, S, d_k) and values (N, h, S, d_v)."""
-        layers, linear = self.model.decoder.layers, linear or torch.nn.functional.linear
-        return [layer.cross_attn.project_kv(memory, linear=linear) for layer in layers]
+        return [layer.cross_attn.project_kv(memory) for layer in self.model.decoder.layers]
 
     def select(self, rows: Tensor) -> None:
         self.cache.select(rows)
@@ -395,6 +392,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
 # %% book/translating.md:193 (cell 11)
 import warnings
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from tqdm import tqdm
 
@@ -402,15 +400,15 @@ from transformer_lib.tokenizer import BOS_ID, EOS_ID
 
 
 def default_decoder_state(model) -> Callable[..., DecoderState]:
-    """The fastest :class:`DecoderState` for ``model``'s weights (see the chapter)."""
-    # OneDNNDecoder and its check come from a later chapter (this module's last cell).
-    from transformer_lib.onednn import OneDNNError, require_onednn_weights
+    """The fastest :class:`DecoderState` for ``model``'s weights (see the chapter); the oneDNN
+    decoder and its check come from a later chapter (this module's last cell)."""
+    from transformer_lib.onednn import OneDNNError, PackedWeights, require_onednn_weights
 
     try:
         require_onednn_weights(model)  # the check the decoder itself makes
     except OneDNNError:  # other weights, or a PyTorch built without oneDNN
         return SentenceGroupedDecoder
-    return OneDNNDecoder
+    return partial(OneDNNDecoder, packed=PackedWeights())  # weights packed once for all batches
 
 
 @torch.inference_mode()
@@ -495,23 +493,29 @@ from transformer_lib import onednn
 class OneDNNDecoder(SentenceGroupedDecoder):
     """``SentenceGroupedDecoder`` with oneDNN's products and a flat step (float32 on the CPU)."""
 
-    def __init__(self, model, src: Tensor, src_mask: Tensor | None = None):
+    def __init__(self, model, src: Tensor, src_mask=None, packed: onednn.PackedWeights = None):
         onednn.require_onednn_weights(model)
-        self.linear = onednn.packed_weights_for(model)  # each weight reordered once per model
+        self.packed = packed or onednn.PackedWeights()  # translate's, for all its batches
         super().__init__(model, src, src_mask)
-        self.flat_step = onednn.FlatStep(model, self.linear)
+        self.flat_step = onednn.FlatStep(model, self.packed)
 
     encoder_group = 64  # sentences encoded together, see encode
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """The memory (n, S, d_model) of ``src`` (n, S), ``encoder_group`` sentences at a time."""
         encoder, groups = self.model.encoder, self.encoder_group
-        return onednn.encode_in_groups(encoder, src, src_mask, groups, self.linear)
+        return onednn.encode_in_groups(encoder, src, src_mask, groups, self.packed)
 
-    def project_memory(self, memory: Tensor, linear=None) -> list[tuple[Tensor, Tensor]]:
-        # Laid out once as every step's bmm reads them (n h, S, d): it would copy a transposed view.
-        projected = super().project_memory(memory, linear)
-        return [(keys.contiguous(), values.contiguous()) for keys, values in projected]
+    def project_memory(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """By oneDNN, and laid out once as every step's bmm reads them, (n h, S, d): it would
+        copy a transposed view at every step."""
+        projected = []
+        for a in (layer.cross_attn for layer in self.model.decoder.layers):
+            e = a.n_heads * a.d_k  # W^K's rows, then W^V's, of in_proj
+            k_rows, v_rows = slice(e, 2 * e), slice(2 * e, None)
+            k, v = (self.packed(memory, a.in_proj, rows) for rows in (k_rows, v_rows))
+            projected.append((a.split_heads(k).contiguous(), a.split_heads(v).contiguous()))
+        return projected
 
     def step(self, tokens: Tensor) -> Tensor:
         if self.model.training or not self.cache.side.grouped:  # dropout, or rows read by index

@@ -31,23 +31,17 @@ class ExportError(TransformerLibError, ValueError):
 
 
 class EncoderGraph(nn.Module):
-    """The encoder graph of the chapter's table; ``model`` must be a copy of its own (hooks)."""
+    """The encoder graph of the chapter's table."""
 
     def __init__(self, model: Transformer):
         super().__init__()
         self.model = model
-        for layer in model.encoder.layers:  # every call keeps its weights (need_weights=True)
-            layer.self_attn.register_forward_pre_hook(
-                lambda module, args, kwargs: (args, {**kwargs, "need_weights": True}),
-                with_kwargs=True,
-            )
 
     def forward(self, src: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        src_mask = padding_mask(src, self.model.config.pad_id)  # (B, 1, 1, S)
-        memory = self.model.encode(src, src_mask)  # (B, S, d_model)
+        src_mask, weights = padding_mask(src, self.model.config.pad_id), []  # (B, 1, 1, S)
+        memory = self.model.encode(src, src_mask, weights)  # (B, S, d_model)
         kv = [layer.cross_attn.project_kv(memory) for layer in self.model.decoder.layers]
         keys, values = (torch.stack(side, 1) for side in zip(*kv, strict=True))  # (B, N, h, S, .)
-        weights = [layer.self_attn.weights for layer in self.model.encoder.layers]
         return memory, keys, values, torch.stack(weights, 1)
 
 
@@ -66,16 +60,17 @@ class DecoderStepGraph(nn.Module):
             side,
             own_kv=[(self_keys[:, i], self_values[:, i]) for i in layers],
         )
-        states = model.decode(tokens[:, None], None, None, need_weights=True, cache=cache)
+        weights = []  # each layer's self-attention weights, then its cross-attention's
+        states = model.decode(tokens[:, None], None, None, weights=weights, cache=cache)
         per_layer = [  # keys, values with the new position; its self- and cross-attention weights
-            (kv.keys, kv.values, d.self_attn.weights[:, :, -1], d.cross_attn.weights[:, :, -1])
-            for (kv, _), d in zip(cache.layers, model.decoder.layers, strict=True)
+            (kv.keys, kv.values, own[:, :, -1], cross[:, :, -1])
+            for (kv, _), own, cross in zip(cache.layers, weights[::2], weights[1::2], strict=True)
         ]
         stacked = (torch.stack(x, 1) for x in zip(*per_layer, strict=True))  # (B, N, ...) each
         return model.generator(states[:, -1]), *stacked  # (B, V), then as the chapter's table
 
 
-# %% book/export.md:137 (cell 4)
+# %% book/export.md:132 (cell 4)
 def serving_copy(model: Transformer, served_length: int = SERVED_LENGTH) -> Transformer:
     """A copy of ``model`` in eval mode whose position table has ``served_length`` rows."""
     config = model.config
@@ -124,7 +119,7 @@ def export_graphs(
     cross, own = {0: batch, 3: source}, {0: batch, 3: past}
     graphs = {  # name: module, example inputs, their dynamic sizes, output names
         "encoder.onnx": (
-            EncoderGraph(serving_copy(model, served_length)),  # a copy of its own: it gets hooks
+            EncoderGraph(served),
             {"src": (src, {0: batch, 1: source})},
             "memory cross_keys cross_values encoder_attention".split(),
         ),
@@ -158,7 +153,7 @@ def export_graphs(
         program.save(folder / name, external_data=False)
 
 
-# %% book/export.md:227 (cell 6)
+# %% book/export.md:222 (cell 6)
 class OnnxDecoder:
     """A decoder state that runs the two graphs on ``src`` (N, S), keeping ``cross_attention``."""
 

@@ -7,6 +7,7 @@
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -15,7 +16,7 @@ from transformer_lib.attention import MultiHeadAttention, padding_mask, subseque
 from transformer_lib.errors import ConfigError
 
 
-# %% book/model.md:101 (cell 7)
+# %% book/model.md:102 (cell 7)
 @dataclass(frozen=True)
 class TransformerConfig:
     """The model's sizes and choices, with the paper's names (§3, Table 3); the presets
@@ -83,7 +84,7 @@ class TransformerConfig:
         return cls(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, **{**sizes, **changes})
 
 
-# %% book/model.md:199 (cell 11)
+# %% book/model.md:200 (cell 11)
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (§3.3) at every position: (..., d_model) -> same."""
 
@@ -96,7 +97,7 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear_2(torch.relu(self.linear_1(x)))
 
 
-# %% book/model.md:242 (cell 15)
+# %% book/model.md:243 (cell 15)
 class Embeddings(nn.Module):
     """Token embeddings multiplied by sqrt(d_model) (§3.4). (B, L) int64 -> (B, L, d_model)."""
 
@@ -110,7 +111,7 @@ class Embeddings(nn.Module):
         return self.lookup(tokens) * self.scale
 
 
-# %% book/model.md:283 (cell 19)
+# %% book/model.md:284 (cell 19)
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5), float32."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
@@ -121,7 +122,7 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return encoding.float()
 
 
-# %% book/model.md:305 (cell 21)
+# %% book/model.md:306 (cell 21)
 class PositionalEncoding(nn.Module):
     """Positions added to (B, L, d_model) embeddings, then dropout; ``positions`` (B, L): packed."""
 
@@ -150,7 +151,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
-# %% book/model.md:446 (cell 29)
+# %% book/model.md:447 (cell 29)
 class EncoderLayer(nn.Module):
     """Self-attention, then the FFN, each a residual sub-layer (§3.1): (B, S, d_model) -> same."""
 
@@ -162,13 +163,10 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         self.norm_first = c.norm_first
 
-    def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
-        return self.connect(x, lambda h: self.self_attn(h, h, h, src_mask), self.feed_forward)
-
-    def connect(self, x: Tensor, self_attention, feed_forward) -> Tensor:
-        """The layer's wiring (§3.1) around two sub-layers given as functions (an engine's)."""
-        x = residual(self, 0, x, self_attention)
-        return residual(self, 1, x, feed_forward if self.feed_forward is not None else None)
+    def forward(self, x: Tensor, src_mask: Tensor | None, weights: list | None = None) -> Tensor:
+        """``weights``: a list that receives the self-attention's weights (B, h, S, S)."""
+        x = residual(self, 0, x, partial(attend, self.self_attn, weights, mask=src_mask))
+        return residual(self, 1, x, self.feed_forward)
 
 
 class DecoderLayer(nn.Module):
@@ -177,20 +175,32 @@ class DecoderLayer(nn.Module):
     def __init__(self, c: TransformerConfig):
         super().__init__()
         self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, d_k=c.key_size)
-        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, d_k=c.key_size)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, d_k=c.key_size, cross=True)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff) if c.feed_forward else None
         self.norms = nn.ModuleList(nn.LayerNorm(c.d_model) for _ in range(2 + c.feed_forward))
         self.dropout = nn.Dropout(c.dropout)
         self.norm_first = c.norm_first
 
-    def forward(self, x, memory, src_mask, tgt_mask, need_weights=False, cache=None) -> Tensor:
-        """``cache``: the two attentions' caches while decoding one position at a time."""
+    def forward(self, x, memory, src_mask, tgt_mask, weights=None, cache=None) -> Tensor:
+        """``cache``: the two attentions' caches while decoding one position at a time;
+        ``weights``: a list that receives both attentions' weights, self-attention's first."""
         own, source = (None, None) if cache is None else cache
-        x = residual(self, 0, x, lambda h: self.self_attn(h, h, h, tgt_mask, need_weights, own))
-        x = residual(
-            self, 1, x, lambda h: self.cross_attn(h, memory, memory, src_mask, need_weights, source)
+        masked = partial(attend, self.self_attn, weights, mask=tgt_mask, cache=own)
+        x = residual(self, 0, x, masked)
+        cross = partial(
+            attend, self.cross_attn, weights, memory=memory, mask=src_mask, cache=source
         )
+        x = residual(self, 1, x, cross)
         return residual(self, 2, x, self.feed_forward)
+
+
+def attend(attention: MultiHeadAttention, weights: list | None, x: Tensor, **kwargs) -> Tensor:
+    """``attention(x, **kwargs)``; its weights appended to ``weights`` unless that is None."""
+    if weights is None:
+        return attention(x, **kwargs)
+    out, found = attention(x, need_weights=True, **kwargs)
+    weights.append(found)
+    return out
 
 
 def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
@@ -202,7 +212,7 @@ def residual(layer: nn.Module, i: int, x: Tensor, sublayer) -> Tensor:
     return layer.norms[i](x + layer.dropout(sublayer(x)))
 
 
-# %% book/model.md:536 (cell 33)
+# %% book/model.md:544 (cell 33)
 class Stack(nn.Module):
     """Embeddings, positions, N layers of class ``layer``, pre-LN a last LayerNorm (§3.1)."""
 
@@ -221,10 +231,10 @@ class Encoder(Stack):
 
     layer = EncoderLayer
 
-    def forward(self, src: Tensor, src_mask: Tensor | None, positions=None) -> Tensor:
+    def forward(self, src: Tensor, src_mask, positions=None, weights=None) -> Tensor:
         x = self.positions(self.embeddings(src), positions=positions)
         for layer in self.layers:
-            x = layer(x, src_mask)
+            x = layer(x, src_mask, weights)
         return self.norm(x)
 
 
@@ -234,12 +244,12 @@ class Decoder(Stack):
     layer = DecoderLayer
 
     def forward(
-        self, tgt, memory, src_mask, tgt_mask, need_weights=False, positions=None, cache=None
+        self, tgt, memory, src_mask, tgt_mask, weights=None, positions=None, cache=None
     ) -> Tensor:
         offset, caches = (0, [None] * len(self.layers)) if cache is None else cache.step(tgt)
         x = self.positions(self.embeddings(tgt), offset, positions)  # offset: positions before
         for layer, layer_cache in zip(self.layers, caches, strict=True):
-            x = layer(x, memory, src_mask, tgt_mask, need_weights, layer_cache)
+            x = layer(x, memory, src_mask, tgt_mask, weights, layer_cache)
         return self.norm(x)
 
 
@@ -283,24 +293,24 @@ class Transformer(nn.Module):
             self.generator.weight = tgt_embeddings.lookup.weight
         self.record = None  # a loaded model's search and run (transformer_lib.pretrained)
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+    def encode(self, src: Tensor, src_mask: Tensor | None = None, weights=None) -> Tensor:
         """The memory (B, S, d_model) of source ids ``src`` (B, S), through the encoder (§3.1);
-        ``src_mask`` (B, 1, 1, S), ``True`` = a real token, defaults to the padding mask."""
+        ``src_mask`` (B, 1, 1, S), ``True`` = a real token, defaults to the padding mask;
+        ``weights``: a list that receives each layer's attention weights (B, h, S, S)."""
         mask = padding_mask(src, self.config.pad_id) if src_mask is None else src_mask
-        return self.encoder(src, mask)
+        return self.encoder(src, mask, weights=weights)
 
-    def decode(
-        self, tgt, memory, src_mask, tgt_mask=None, need_weights=False, cache=None
-    ) -> Tensor:
+    def decode(self, tgt, memory, src_mask, tgt_mask=None, weights=None, cache=None) -> Tensor:
         """Decoder states (B, T, d_model), before ``generator``, of target ids ``tgt`` (B, T),
         given ``memory`` and the ``src_mask`` of :meth:`encode`. ``tgt_mask`` defaults to the
-        padding and causal masks; a ``DecoderCache`` decodes one position at a time."""
+        padding and causal masks; a ``DecoderCache`` decodes one position at a time; ``weights``:
+        a list that receives each layer's self- then encoder-decoder attention weights."""
         if cache is not None and tgt.shape[1] != 1:  # its attention has no causal mask to apply
             raise ValueError(f"a DecoderCache decodes one position at a time, not {tgt.shape[1]}")
         if tgt_mask is None and cache is None:
             causal = subsequent_mask(tgt.shape[1], tgt.device)
             tgt_mask = padding_mask(tgt, self.config.pad_id) & causal
-        return self.decoder(tgt, memory, src_mask, tgt_mask, need_weights, cache=cache)
+        return self.decoder(tgt, memory, src_mask, tgt_mask, weights, cache=cache)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> Tensor:
         """Logits (B, T, V_tgt) of the next target token at every position: all of Figure 1.
@@ -309,7 +319,7 @@ class Transformer(nn.Module):
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
 
 
-# %% book/command_line.md:690 (cell 24)
+# %% book/command_line.md:696 (cell 24)
 POSITIONAL = ("sinusoidal", "learned", "none")  # "none": no positions at all, for analysis only
 
 

@@ -47,8 +47,9 @@ class _OneDNNLinear(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         need_x, need_weight, need_bias = ctx.needs_input_grad
         rows, inputs = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
-        # onednn_linear(a, b) is a b^T: pass W^T for dL/dx, and x^T for dL/dW.
-        grad_x = onednn_linear(grad, weight.t().contiguous()) if need_x else None
+        # onednn_linear(a, b) is a b^T: pass W^T for dL/dx (a view: oneDNN lays the weight out
+        # its own way whatever its strides, so a copy would be one more), and x^T for dL/dW.
+        grad_x = onednn_linear(grad, weight.t()) if need_x else None
         grad_weight = (
             onednn_linear(rows.t().contiguous(), inputs.t().contiguous()) if need_weight else None
         )
@@ -91,44 +92,38 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:741 (cell 25)
-import weakref
+# %% book/inference_engine.md:748 (cell 25)
 from functools import partial
+
+from torch import nn
+
+from transformer_lib.model import residual
+
+EVERY_ROW = slice(None)
 
 
 class PackedWeights:
-    """``onednn_linear`` on weights reordered into oneDNN's layout once (inference only)."""
+    """Products by a model's ``nn.Linear`` modules through oneDNN, each weight reordered into
+    oneDNN's layout at its first use. For inference only: a weight changed afterwards is not
+    seen, so each ``translate`` call packs afresh."""
 
     def __init__(self):
-        self.packed: dict[tuple, tuple[int, Tensor, Tensor]] = {}  # key: (version, it, reordered)
         self.reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
+        self.packed: dict[tuple, tuple[nn.Linear, Tensor]] = {}  # the module, its rows reordered
 
-    def __call__(self, x: Tensor, weight: Tensor, bias=None, relu: bool = False) -> Tensor:
-        return onednn_linear(x, self.reordered(weight), bias, relu)
+    def __call__(self, x: Tensor, module: nn.Linear, rows=EVERY_ROW, relu=False) -> Tensor:
+        """``module(x)``, or by the weight's ``rows`` alone; ``relu``: max(0, .) fused."""
+        bias = None if module.bias is None else module.bias[rows]
+        return onednn_linear(x, self.reordered(module, rows), bias, relu)
 
-    def reordered(self, weight: Tensor) -> Tensor:
-        """``weight`` in oneDNN's layout; the plain weight where PyTorch lacks the operator."""
-        if self.reorder is None:
-            return weight
-        # By where its numbers lie (W^Q is a new slice at every call); kept, so its memory stays.
-        key = (weight.data_ptr(), weight.shape, weight.stride())
-        entry = self.packed.get(key)
-        if entry is None or entry[0] != weight._version:  # new, or changed in place since
-            entry = self.packed[key] = weight._version, weight, self.reorder(weight, None)
-        return entry[2]
-
-
-_PACKED_BY_MODEL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def packed_weights_for(model) -> PackedWeights:
-    """The :class:`PackedWeights` of ``model``, kept as long as the model lives."""
-    linear = _PACKED_BY_MODEL.setdefault(model, PackedWeights())
-    storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    for key, (_, weight, _) in list(linear.packed.items()):  # forget those it no longer holds
-        if weight.untyped_storage().data_ptr() not in storages:
-            del linear.packed[key]
-    return linear
+    def reordered(self, module: nn.Linear, rows: slice = EVERY_ROW) -> Tensor:
+        """``module.weight[rows]`` in oneDNN's layout; plain where PyTorch lacks the operator."""
+        key = (id(module), rows.start, rows.stop)  # the module is kept too: its id stays its own
+        if key not in self.packed:
+            weight = module.weight[rows]
+            packed = weight if self.reorder is None else self.reorder(weight, None)
+            self.packed[key] = module, packed
+        return self.packed[key][1]
 
 
 def require_onednn_weights(model) -> None:
@@ -142,17 +137,17 @@ def require_onednn_weights(model) -> None:
         )
 
 
-def encode_in_groups(encoder, src: Tensor, mask: Tensor, group: int, linear) -> Tensor:
+def encode_in_groups(encoder, src: Tensor, mask: Tensor, group: int, packed) -> Tensor:
     """``Encoder.forward``, ``group`` sentences at a time, each group cut to its longest."""
 
     def attention(a, mask: Tensor, h: Tensor) -> Tensor:
-        q, k, v = a.project_qkv(h, linear)  # (g, h, S, d_k), (..), (g, h, S, d_v)
+        e = a.n_heads * a.d_k  # rows of W^Q and of W^K
+        q, k, v = map(a.split_heads, packed(h, a.in_proj).split([e, e, a.d_model], -1))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=a.scale)
-        return a.merge_heads(out, linear)  # (g, S, d_model)
+        return packed(out.transpose(1, 2).flatten(2), a.out_proj)  # Concat, W^O: (g, S, d_model)
 
     def feed_forward(f, h: Tensor) -> Tensor:  # FFN (§3.3), the ReLU fused into the first product
-        hidden = linear(h, f.linear_1.weight, f.linear_1.bias, relu=True)
-        return linear(hidden, f.linear_2.weight, f.linear_2.bias)
+        return packed(packed(h, f.linear_1, relu=True), f.linear_2)
 
     memory = None
     for start in range(0, len(src), group):
@@ -160,11 +155,9 @@ def encode_in_groups(encoder, src: Tensor, mask: Tensor, group: int, linear) -> 
         width = int(mask[rows].flatten(0, -2).any(0).nonzero().max()) + 1  # then padding only
         x = encoder.positions(encoder.embeddings(src[rows, :width]))
         for layer in encoder.layers:  # the layer's wiring, our sub-layers
-            x = layer.connect(
-                x,
-                partial(attention, layer.self_attn, mask[rows, ..., :width]),
-                partial(feed_forward, layer.feed_forward),
-            )  # (g, S, d_model)
+            x = residual(layer, 0, x, partial(attention, layer.self_attn, mask[rows, ..., :width]))
+            network = layer.feed_forward and partial(feed_forward, layer.feed_forward)
+            x = residual(layer, 1, x, network)  # (g, S, d_model)
         if memory is None:
             memory = x.new_zeros(len(src), src.shape[1], x.shape[-1])
         memory[rows, :width] = encoder.norm(x)
@@ -174,12 +167,12 @@ def encode_in_groups(encoder, src: Tensor, mask: Tensor, group: int, linear) -> 
 class StepLayer:
     """One decoder layer as :class:`FlatStep` reads it, each matrix in oneDNN's layout."""
 
-    def __init__(self, layer, linear: PackedWeights):
+    def __init__(self, layer, packed: PackedWeights):
         own, cross, network = layer.self_attn, layer.cross_attn, layer.feed_forward
 
         def product(module, rows: int | None = None) -> tuple:  # (weight, bias): first rows, or all
             bias = None if module.bias is None else module.bias[:rows]
-            return linear.reordered(module.weight[:rows]), bias
+            return packed.reordered(module, slice(rows)), bias
 
         self.qkv, self.self_out = product(own.in_proj), product(own.out_proj)
         self.query = product(cross.in_proj, cross.n_heads * cross.d_k)  # W^Q alone
@@ -203,10 +196,10 @@ def softmax_in_place(scores: Tensor) -> Tensor:
 class FlatStep:
     """A decoder step as one flat function of the new positions, rows grouped by sentence."""
 
-    def __init__(self, model, linear: PackedWeights):
-        self.layers = [StepLayer(layer, linear) for layer in model.decoder.layers]
+    def __init__(self, model, packed: PackedWeights):
+        self.layers = [StepLayer(layer, packed) for layer in model.decoder.layers]
         self.final_norm = model.decoder.norm  # pre-LN's last LayerNorm, else nothing
-        self.vocabulary = linear.reordered(model.generator.weight), model.generator.bias
+        self.vocabulary = packed.reordered(model.generator), model.generator.bias
         self.zero = torch.zeros(())  # baddbmm's other term where it adds none
         self.mask, self.bias = None, None
 

@@ -193,9 +193,7 @@ def _resume(run: _RunState) -> None:
 
 def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) -> None:
     """Fetch the epoch's batches (no file is open yet), open the log and the bar, start."""
-    run.epoch_batches = batches(run.epoch)
-    if not run.epoch_batches:
-        raise DataError("batches(epoch) returned no batch: the training data is empty")
+    _fetch_epoch(run, batches)
     run.metrics = open(run.run_dir / "metrics.jsonl", "a") if run.rank == 0 else None
     hidden = not progress or run.rank != 0
     run.bar = tqdm(total=run.config.max_steps, initial=run.step, disable=hidden, unit="step")
@@ -203,7 +201,20 @@ def _open(run: _RunState, batches: Callable[[int], Sequence], progress: bool) ->
     run.window_start = run.called = time.perf_counter()
 
 
-# %% book/training_loop.md:278 (cell 6)
+def _fetch_epoch(run: _RunState, batches: Callable[[int], Sequence]) -> None:
+    """``run.epoch``'s batches, none over ``max_tokens`` padded tokens a side (else DataError)."""
+    run.epoch_batches = batches(run.epoch)
+    if not run.epoch_batches:
+        raise DataError("batches(epoch) returned no batch: the training data is empty")
+    widest = max(max(b.src.numel(), b.tgt_in.numel()) for b in run.epoch_batches)
+    if widest > run.config.max_tokens:
+        raise DataError(
+            f"epoch {run.epoch} has a batch of {widest} padded tokens on a side, over max_tokens "
+            f"{run.config.max_tokens}: make the batches with that budget (make_batches) or raise it"
+        )
+
+
+# %% book/training_loop.md:289 (cell 6)
 def _update(run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], autocast):
     """One update of the next ``accumulation`` batches; whether an epoch ended on the way."""
     started = time.perf_counter()
@@ -216,7 +227,7 @@ def _update(run: _RunState, network: nn.Module, batches: Callable[[int], Sequenc
         run.index += 1
         if run.index == len(run.epoch_batches):  # the epoch is used up: the next one starts now
             run.epoch, run.index, epoch_ended = run.epoch + 1, 0, True
-            run.epoch_batches = batches(run.epoch)
+            _fetch_epoch(run, batches)
     run.lr = run.optimizer.param_groups[0]["lr"]  # the rate this update uses
     if c.compile == "reduce-overhead":  # the last update's CUDA graph outputs are free now
         torch.compiler.cudagraph_mark_step_begin()

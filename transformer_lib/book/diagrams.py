@@ -201,9 +201,9 @@ def _multi_head_panel(c: Canvas, attention: MultiHeadAttention, left, top, botto
     h_at = (cx + 150 + heads * step + 6, y + BOX_H / 2 - depth / 2 + 5)
     c.text(*h_at, "h", 15, bold=True, anchor="start")
     y -= depth
-    concat = "merge_heads: transpose(1, 2).flatten(2)"
+    concat = "forward: transpose(1, 2).flatten(2)"
     for box in [
-        Box("Concat", "op", MultiHeadAttention, "merge_heads", code_text=concat),
+        Box("Concat", "op", MultiHeadAttention, "forward", code_text=concat),
         Box("Linear (W^O)", "linear", MultiHeadAttention, "out_proj"),
     ]:
         c.arrow((cx, y), (cx, y - 30))

@@ -104,9 +104,9 @@ def masks_hide_what_they_should() -> str:
         changed[:, i + 1 :] = torch.randn(2, 5 - i, 16, dtype=torch.float64)  # after position i
         changed[tokens == 0] = torch.randn(2, 16, dtype=torch.float64)  # the padding
         real = tokens[:, : i + 1] != 0  # (B, i + 1): the real tokens up to position i
-        masked = attention(x, x, x, mask), attention(changed, changed, changed, mask)
+        masked = attention(x, mask=mask), attention(changed, mask=mask)
         assert torch.equal(masked[0][:, : i + 1][real], masked[1][:, : i + 1][real])
-        unmasked = attention(x, x, x), attention(changed, changed, changed)
+        unmasked = attention(x), attention(changed)
         assert (unmasked[0][:, : i + 1] - unmasked[1][:, : i + 1]).abs().max() > 1e-3
     return "with the mask, later positions and padding change nothing before them"
 
@@ -124,7 +124,7 @@ def one_head_at_a_time() -> str:
         q, k, v = (x @ weight[r].T + bias[r] for r in rows)  # (B, L, d_k) each
         heads.append(scaled_dot_product_attention(q, k, v)[0])
     long_way = attention.out_proj(torch.cat(heads, dim=-1))  # Concat(head_1, ..., head_h) W^O
-    difference = (long_way - attention(x, x, x)).abs().max().item()
+    difference = (long_way - attention(x)).abs().max().item()
     assert difference < 1e-12
     return f"largest difference from the module: {difference:.1e}"
 
