@@ -291,7 +291,6 @@ class Transformer(nn.Module):
                 nn.init.zeros_(parameter)
         if c.tie_embeddings:  # §3.4: one matrix for the target embedding and the projection
             self.generator.weight = tgt_embeddings.lookup.weight
-        self.record = None  # a loaded model's search and run (transformer_lib.pretrained)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None, weights=None) -> Tensor:
         """The memory (B, S, d_model) of source ids ``src`` (B, S), through the encoder (§3.1);

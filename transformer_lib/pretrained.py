@@ -95,7 +95,7 @@ def save_pretrained(
     data = safetensors.torch.save(tensors, metadata={"format": str(FORMAT)})
     with atomic_file(folder / "model.safetensors", binary=True) as file:
         file.write(data)
-    search = search or getattr(model.record, "search", None)
+    search = search or getattr(getattr(model, "record", None), "search", None)  # built: none
     if search is not None:
         config = {**config, "search": search.recorded()}
     write_json(folder / "config.json", {**config, "model": model_config})
