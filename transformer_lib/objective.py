@@ -166,14 +166,9 @@ def update_step(
 
 
 # %% book/training.md:522 (cell 27)
-def training_updates(
-    model: nn.Module, batches: Callable[[int], Sequence], config: TrainingConfig
-) -> Iterator[dict]:
-    """Train ``model`` (§5.3): Adam and formula (3), then ``config.max_steps`` updates from
-    ``batches(0)``, ``batches(1)``, ...; after each, yield its ``step`` (from 1), its rate ``lr``
-    and its ``loss`` (smoothed) and ``nll`` per target token."""
-    torch.manual_seed(config.seed)  # the dropout masks, drawn as train draws them
-    optimizer, scheduler = make_optimizer(
+def optimizer_for(model: nn.Module, config: TrainingConfig):
+    """Adam with ``config``'s settings and formula (3) as its schedule, for ``model`` (§5.3)."""
+    return make_optimizer(
         model,
         model.config.d_model,
         config.warmup_steps,
@@ -184,6 +179,16 @@ def training_updates(
         max_steps=config.max_steps,
         cooldown_steps=config.cooldown_steps,
     )
+
+
+def training_updates(
+    model: nn.Module, batches: Callable[[int], Sequence], config: TrainingConfig
+) -> Iterator[dict]:
+    """Train ``model`` (§5.3): Adam and formula (3), then ``config.max_steps`` updates from
+    ``batches(0)``, ``batches(1)``, ...; after each, yield its ``step`` (from 1), its rate ``lr``
+    and its ``loss`` (smoothed) and ``nll`` per target token."""
+    torch.manual_seed(config.seed)  # the dropout masks, drawn as train draws them
+    optimizer, scheduler = optimizer_for(model, config)
     every_batch = (batch for epoch in itertools.count() for batch in batches(epoch))
     for step in range(1, config.max_steps + 1):
         group = [next(every_batch) for _ in range(config.accumulation)]

@@ -28,11 +28,11 @@ from transformer_lib.objective import (
     backward_batch,
     finish_update,
     label_smoothed_loss,
+    optimizer_for,
 )
 from transformer_lib.onednn import onednn_products
 from transformer_lib.packing import PackedTransformer, check_fast_paths, compile_limit, pack_batch
 from transformer_lib.provenance import jsonable, remove_stale_temporaries, write_text_atomically
-from transformer_lib.schedule import make_optimizer
 
 
 @torch.no_grad()
@@ -130,17 +130,7 @@ def _prepare(
 ) -> _RunState:
     """The state before the first update: the model on ``device``, Adam and formula (3)."""
     model.to(device)
-    optimizer, scheduler = make_optimizer(
-        model,
-        model.config.d_model,
-        config.warmup_steps,
-        config.lr_scale,
-        config.betas,
-        config.eps,
-        fused=config.fused_adam or None,  # None: PyTorch's default for the device
-        max_steps=config.max_steps,
-        cooldown_steps=config.cooldown_steps,
-    )
+    optimizer, scheduler = optimizer_for(model, config)
     rank = distributed.rank_and_world()[0]
     return _RunState(config, run_dir, settings, device, rank, model, optimizer, scheduler)
 
@@ -214,7 +204,7 @@ def _fetch_epoch(run: _RunState, batches: Callable[[int], Sequence]) -> None:
         )
 
 
-# %% book/training_loop.md:289 (cell 6)
+# %% book/training_loop.md:279 (cell 6)
 def _update(run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], autocast):
     """One update of the next ``accumulation`` batches; whether an epoch ended on the way."""
     started = time.perf_counter()
