@@ -280,7 +280,7 @@ def test_select_copies_the_cache_into_room_the_next_step_fills(grad):
     model, src = random_model(4), padded_sources(4)
     g = torch.Generator().manual_seed(4)
     with torch.set_grad_enabled(grad):
-        fast, slow = IncrementalDecoder(model, src), RerunDecoder(model, src)
+        fast, slow = SentenceGroupedDecoder(model, src), RerunDecoder(model, src)
         tokens = torch.full((4,), BOS_ID, dtype=torch.long)
         for step in range(6):
             torch.testing.assert_close(fast.step(tokens), slow.step(tokens), atol=1e-5, rtol=1e-5)
@@ -292,7 +292,7 @@ def test_select_copies_the_cache_into_room_the_next_step_fills(grad):
                 room = 0 if grad else 1
                 own = [kv for kv, _ in fast.cache.layers]
                 assert all(kv.keys.shape[2] == fast.cache.length + room for kv in own)
-            tokens = torch.randint(3, 23, (len(fast.cache.side.mask),), generator=g)
+            tokens = torch.randint(3, 23, (len(slow.prefix),), generator=g)
 
 
 def test_rerun_decoder_matches_the_full_forward_pass():
