@@ -90,3 +90,39 @@ def test_the_checks_see_each_kind_of_repeat():
     assert repeated_passages(f"First we say {clause}.\n\nThen we say {clause} again.")
     # the same heading under two different sections is not a repeat
     assert repeated_headings("# A\n\n## Notes\n\n# B\n\n## Notes\n") == []
+
+
+def _glossary_links():
+    import importlib.util
+
+    path = ROOT / "tools" / "glossary_links.py"
+    spec = importlib.util.spec_from_file_location("glossary_links", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_glossary_term_is_linked_where_a_part_one_chapter_first_uses_it():
+    tool = _glossary_links()
+    terms = tool.glossary_terms(tool.GLOSSARY.read_text())
+    assert len(terms) >= 30, terms
+    unlinked = [
+        f"{chapter.name}: {term}"
+        for chapter in tool.part_one_chapters()
+        for term, (_, linked, _) in tool.first_uses(chapter.read_text(), terms).items()
+        if not linked
+    ]
+    assert not unlinked, unlinked
+
+
+def test_the_glossary_check_sees_an_unlinked_first_use():
+    tool = _glossary_links()
+    text = (
+        'Intro.\n\n```{code-cell}\nx = "beam search"\n```\n\n'
+        "Beam search keeps $k$ prefixes; then {term}`beam search` again. `softmax` is code.\n"
+    )
+    uses = tool.first_uses(text, ["beam search", "softmax"])
+    assert uses["beam search"][1] is False and "softmax" not in uses  # prose first, code ignored
+    linked = tool.link(text, ["beam search"])
+    assert linked.count("{term}`Beam search`") == 1  # a term role ignores case
+    assert tool.first_uses(linked, ["beam search"])["beam search"][1] is True
