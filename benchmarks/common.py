@@ -147,6 +147,7 @@ def summary(seconds: list[float]) -> dict:
         "best_s": min(seconds),
         "worst_s": max(seconds),
         "rounds": len(seconds),
+        "seconds": list(seconds),  # each round's, for ratios round by round
     }
 
 

@@ -301,8 +301,10 @@ def test_run_folder_layout_and_checkpoint_rotation(tmp_path):
     records = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train_records] == [3, 6, 9, 12, 15, 17]
-    fields = {"loss", "nll", "ppl", "lr", "tokens_per_s", "wall_s", "elapsed_s"}
+    fields = {"loss", "nll", "ppl", "lr", "tokens_per_s", "wall_s", "elapsed_s", "cpu_peak_mib"}
     assert fields <= set(train_records[0])
+    peaks = [r["cpu_peak_mib"] for r in records]  # the process's resident peak: it never falls
+    assert peaks[0] > 50 and peaks == sorted(peaks)  # PyTorch alone holds more than 50 MiB
     assert all(r["elapsed_s"] >= r["wall_s"] for r in records)  # the updates are part of it
     valid_steps = [r["step"] for r in records if r["kind"] == "valid"]
     assert valid_steps == [3, 6, 9, 12, 15, 17]  # after each epoch, and after the last update
@@ -504,7 +506,7 @@ def read_records(folder: Path) -> list[dict]:
 
 
 def without_clocks(records: list[dict]) -> list[dict]:
-    clocks = {"wall_s", "elapsed_s", "tokens_per_s"}
+    clocks = {"wall_s", "elapsed_s", "tokens_per_s", "cpu_peak_mib", "cuda_peak_mib"}
     return [{k: v for k, v in r.items() if k not in clocks} for r in records]
 
 

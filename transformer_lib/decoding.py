@@ -161,7 +161,7 @@ class IncrementalDecoder:
         self.cache.select(rows)
 
 
-# %% book/translating.md:71 (cell 4)
+# %% book/translating.md:70 (cell 4)
 def most_probable(logits: Tensor) -> Tensor:
     """``logits.argmax(dim=-1)``, (N, V) -> (N,): float32 on a CPU by NumPy, whose argmax over
     rows of logits is many times faster than PyTorch's; the first of equals, as in both."""
@@ -300,7 +300,7 @@ def beam_search(
     return [max(hypotheses, key=lambda h: h.score) for hypotheses in finished]
 
 
-# %% book/translating.md:224 (cell 6)
+# %% book/translating.md:223 (cell 6)
 @dataclass(frozen=True)
 class SearchConfig:
     """How translations are searched (§6.1); the defaults are the paper's; a setting out of range
@@ -337,7 +337,7 @@ def model_search(model) -> SearchConfig:
     return record.search if record is not None else SearchConfig()
 
 
-# %% book/translating.md:293 (cell 9)
+# %% book/translating.md:292 (cell 9)
 class KeyValueRoom(KeyValueCache):
     """A :class:`KeyValueCache` whose ``select`` leaves room for one more position after those
     held, which ``extend`` fills in place (without gradients: ``out=`` keeps none)."""
@@ -394,7 +394,7 @@ class SentenceGroupedDecoder(IncrementalDecoder):
     side, own_cache = SentenceSide, KeyValueRoom
 
 
-# %% book/translating.md:385 (cell 13)
+# %% book/translating.md:384 (cell 13)
 import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -490,7 +490,7 @@ def in_batches(tokenizer, sentences, limit: int, search, search_batch, progress=
     return results
 
 
-# %% book/inference_engine.md:690 (cell 23)
+# %% book/inference_engine.md:696 (cell 23)
 from transformer_lib import onednn
 
 

@@ -34,7 +34,7 @@ def average_state_dicts(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor
     return averaged
 
 
-# %% book/translating.md:489 (cell 15)
+# %% book/translating.md:488 (cell 15)
 from transformer_lib.training import RESUMABLE_CHANGES
 
 
@@ -108,7 +108,7 @@ def average_checkpoints(
     return result
 
 
-# %% book/translating.md:570 (cell 17)
+# %% book/translating.md:569 (cell 17)
 import json
 from collections.abc import Callable
 from functools import partial

@@ -117,7 +117,7 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:437 (cell 23)
+# %% book/training.md:443 (cell 23)
 def backward_batch(
     network: nn.Module, batch, divisor: float, config: TrainingConfig, pad_id: int, autocast=None
 ) -> tuple[float, float]:
@@ -165,7 +165,7 @@ def update_step(
     return sum(loss for loss, _ in sums), sum(nll for _, nll in sums), tokens
 
 
-# %% book/training.md:522 (cell 27)
+# %% book/training.md:528 (cell 27)
 def optimizer_for(model: nn.Module, config: TrainingConfig):
     """Adam with ``config``'s settings and formula (3) as its schedule, for ``model`` (§5.3)."""
     return make_optimizer(

@@ -37,7 +37,7 @@ def learn_bpe(
     return tokenizer
 
 
-# %% book/data_pipeline.md:306 (cell 9)
+# %% book/data_pipeline.md:316 (cell 9)
 import os
 from pathlib import Path
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from transformer_lib import checkpoints, distributed
+from transformer_lib import checkpoints, distributed, provenance
 from transformer_lib.data import DataError
 from transformer_lib.errors import TransformerLibError
 from transformer_lib.objective import (
@@ -112,8 +112,9 @@ class _RunState:
     def window_seconds(self) -> float:
         return time.perf_counter() - self.window_start + self.window["seconds"]
 
-    def clocks(self) -> dict:
-        return {"wall_s": round(self.wall, 3), "elapsed_s": round(self.elapsed(), 3)}
+    def clocks(self) -> dict:  # the clocks, and the memory at its peak so far
+        clocks = {"wall_s": round(self.wall, 3), "elapsed_s": round(self.elapsed(), 3)}
+        return clocks | provenance.peak_memory(self.device)
 
     def log(self, record: dict) -> None:
         if self.metrics is not None:
@@ -204,7 +205,7 @@ def _fetch_epoch(run: _RunState, batches: Callable[[int], Sequence]) -> None:
         )
 
 
-# %% book/training_loop.md:279 (cell 6)
+# %% book/training_loop.md:280 (cell 6)
 def _update(run: _RunState, network: nn.Module, batches: Callable[[int], Sequence], autocast):
     """One update of the next ``accumulation`` batches; whether an epoch ended on the way."""
     started = time.perf_counter()
@@ -308,8 +309,7 @@ def _maybe_checkpoint(run: _RunState, out_of_time: bool, attachments: dict | Non
 
 @dataclass(frozen=True)
 class Validation:
-    """What the loop validates on: ``batches`` for the loss and perplexity, and
-    ``metrics(model)``, further figures (e.g. BLEU) of the model in eval mode."""
+    """What the loop validates on: ``batches`` (loss, perplexity) and ``metrics(model)`` (BLEU)."""
 
     batches: Sequence
     metrics: Callable[[nn.Module], dict] | None = None
@@ -319,9 +319,8 @@ class Validation:
 class RunOptions:
     """How one call of :func:`train` runs: ``resume`` from ``checkpoints/last.pt``; stop after
     ``time_limit`` seconds, ``last.pt`` written; train on ``device`` (None: CUDA if available);
-    show ``progress``. ``metadata`` (JSON-able, e.g. the languages) goes into config.json and
-    every checkpoint and is checked on resume; ``attachments`` (e.g. the tokenizer) into every
-    checkpoint."""
+    show ``progress``. ``metadata`` (JSON-able: the languages) goes into config.json and every
+    checkpoint, checked on resume; ``attachments`` (the tokenizer) into every checkpoint."""
 
     metadata: dict | None = None
     attachments: dict | None = None
@@ -399,7 +398,7 @@ def train(
     return {**summary, "valid": run.last_valid, "finished": run.step >= config.max_steps}
 
 
-# %% book/distributed.md:130 (cell 6)
+# %% book/distributed.md:129 (cell 6)
 def distributed_update_step(
     run: _RunState, network: nn.Module, group: Sequence, autocast=None
 ) -> tuple[float, float, int]:
