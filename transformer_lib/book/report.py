@@ -144,17 +144,12 @@ def _write_attention(out, model, tokenizer, pairs, hypotheses, sentences=3, max_
 
 
 def _training_summary(run_dir: Path, checkpoint: dict) -> dict:
-    """The manifest's ``training`` entry: updates, clocks, processes, the log's median speed and
-    the memory peaks the log recorded (rank 0's; None in a log written before they were)."""
+    """The manifest's ``training`` entry: updates, clocks, processes and the log's median speed."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     speeds = [r["tokens_per_s"] for r in records if r["kind"] == "train"]
     last = load_checkpoint(run_dir / "checkpoints" / "last.pt")  # the clocks and the processes
     # Median over the log's windows, the first one left out (it includes warming up).
     speed = round(statistics.median(speeds[1:] or speeds), 1) if speeds else None
-    peaks = {  # MiB: the process's resident peak, and on CUDA the allocator's
-        key: max((r[key] for r in records if key in r), default=None)
-        for key in ("cpu_peak_mib", "cuda_peak_mib")
-    }
     return {
         "steps": int(checkpoint["step"]),
         "wall_s": round(float(checkpoint.get("wall", 0.0)), 1),  # updates only, all commands
@@ -162,11 +157,10 @@ def _training_summary(run_dir: Path, checkpoint: dict) -> dict:
         "elapsed_s": round(float(last.get("elapsed", last["wall"])), 1),
         "processes": len(last["rng"]),  # one random state per process
         "target_tokens_per_s": speed,
-        **peaks,
     }
 
 
-# %% book/shipped_models.md:221 (cell 7)
+# %% book/shipped_models.md:215 (cell 7)
 def write_report(
     run_dir: Path,
     out: Path,
