@@ -204,7 +204,7 @@ def test_a_checkpoint_with_unreadable_search_settings_is_refused(tmp_path):
         load_translator(tmp_path / "last.pt")
 
 
-def test_the_paired_bleu_interval_is_that_of_sacrebleus_resamples():
+def test_the_paired_bleu_interval_and_p_are_those_of_sacrebleus_resamples():
     """paired_bleu's interval, against BLEU recomputed by sacreBLEU on each resample of the
     sentences (drawn as sacreBLEU draws them), and its p-value against sacreBLEU's own test."""
     import numpy as np
@@ -237,6 +237,11 @@ def test_the_paired_bleu_interval_is_that_of_sacrebleus_resamples():
     named = [("baseline", baseline), ("system", system)]
     metric = {"BLEU": sacrebleu.BLEU(references=[references])}
     test = sacrebleu.significance.PairedTest(named, metric, None, test_type="bs", n_samples=80)
-    assert result.p_value == test()[1]["BLEU"][1].p_value
+    assert result.sacrebleu_p == test()[1]["BLEU"][1].p_value
+    # The two-sided p: resampled differences, centred on zero, as far from it as the real one.
+    centred = [abs(d - sum(differences) / len(differences)) for d in differences]
+    far = sum(c >= abs(result.difference) - 1e-9 for c in centred)
+    assert result.p_value == pytest.approx((far + 1) / 81)
+    assert result.sacrebleu_p <= result.p_value  # sacreBLEU's counts one side only
     swapped = paired_bleu(system, baseline, references, resamples=80)
     assert (swapped.low, swapped.high) == pytest.approx((-result.high, -result.low), abs=1e-4)

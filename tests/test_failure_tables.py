@@ -1,6 +1,7 @@
 """The chapters of Part II end with a table of failure modes whose every row says what goes wrong,
-what you see, what to do, and names a test of this suite: read here from the chapters' Markdown;
-and the rules that read them can fail."""
+what you see and what to do; the appendix page *The failure modes' tests* names, row by row, the
+test of this suite that checks it: read here from the Markdown; and the rules that read them can
+fail."""
 
 import ast
 import re
@@ -11,17 +12,29 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-# Every chapter of Part II, as the table of contents lists them: a new one needs its table too.
 # The summary that opens Part II is no chapter of machinery: its tables are the runs' records.
 SUMMARY = "handbook"
-PART_II = [
+RECORD = ROOT / "book" / "failure_tests.md"
+
+
+def has_failure_modes(entry: dict) -> bool:
+    return "\n## Failure modes\n" in (ROOT / f"{entry['file']}.md").read_text(encoding="utf-8")
+
+
+# Every chapter of Part II (a new one needs its table too), and the appendix's that have one.
+CHAPTERS = [
     Path(entry["file"]).name
     for part in TOC["parts"]
-    if part.get("caption", "").startswith("Part II")
     for entry in part["chapters"]
     if Path(entry["file"]).name != SUMMARY
+    and (
+        part["caption"].startswith("Part II")
+        or part["caption"].startswith("Appendix")
+        and has_failure_modes(entry)
+    )
 ]
-HEADER = ["what goes wrong", "what you see", "what to do", "the test"]
+HEADER = ["what goes wrong", "what you see", "what to do"]
+RECORD_HEADER = ["what goes wrong", "the test"]
 NAMED = re.compile(r"`(tests/test_\w+\.py::\w+)`")
 
 
@@ -35,40 +48,58 @@ def is_a_test(test: str, root: Path = ROOT) -> bool:
     return any(isinstance(node, ast.FunctionDef) and node.name == name for node in body)
 
 
-def table_rows(section: str) -> list[list[str]]:
-    """The rows of the section's Markdown table under ``HEADER``, each a list of its cells."""
+def table_rows(section: str, header: list[str]) -> list[list[str]]:
+    """The rows of the section's Markdown table under ``header``, each a list of its cells."""
     lines = [line.strip() for line in section.split("\n") if line.startswith("|")]
     cells = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
-    assert cells and cells[0] == HEADER, f"the table's header is {HEADER}, not {cells[:1]}"
+    assert cells and cells[0] == header, f"the table's header is {header}, not {cells[:1]}"
     assert set(lines[1]) <= set("|-: "), "the header's rule follows the header"
     return cells[2:]
 
 
-def failure_problems(section: str) -> list[str]:
-    """What is wrong with a failure-mode section: rows without their four cells, tests named
-    outside the table, twice, or not in the suite."""
-    rows = table_rows(section)
-    short = [row[0] for row in rows if len(row) != 4 or not all(row)]
-    named = NAMED.findall(section)
-    tests = [NAMED.fullmatch(row[-1]) for row in rows]
-    problems = [f"rows without four cells (wrong, see, do, test): {short}"] if short else []
+def failure_problems(chapter_section: str, record_section: str) -> list[str]:
+    """What is wrong with a chapter's failure modes and their record: rows without their cells,
+    rows the record lacks or adds, tests named twice or not in the suite."""
+    rows = table_rows(chapter_section, HEADER)
+    record = table_rows(record_section, RECORD_HEADER)
+    short = [row[0] for row in rows if len(row) != 3 or not all(row)]
+    problems = [f"rows without three cells (wrong, see, do): {short}"] if short else []
+    if [row[0] for row in rows] != [row[0] for row in record]:
+        problems.append("the record's rows are not the chapter's rows, in the chapter's order")
+    tests = [NAMED.fullmatch(row[-1]) for row in record]
+    named = NAMED.findall(record_section)
     if not all(tests) or [test[1] for test in tests] != named:
-        problems.append("each row's last cell names a test, and the section names no other")
+        problems.append("each record row's last cell names a test, and the record names no other")
     if len(named) != len(set(named)):
         problems.append("a test is named twice")
     missing = [test for test in named if not is_a_test(test)]
     return problems + ([f"names tests that do not exist: {missing}"] if missing else [])
 
 
-@pytest.mark.parametrize("chapter", PART_II)
-def test_the_chapter_ends_with_failure_modes_that_name_real_tests(chapter):
+def record_section(chapter: str) -> str:
+    """The part of the appendix page that names the tests of ``chapter``'s failure modes."""
+    sections = RECORD.read_text(encoding="utf-8").split(f"\n(failure-tests-{chapter})=\n")
+    assert len(sections) == 2, f"{RECORD.name} has no section (failure-tests-{chapter})="
+    return sections[1].split("\n(failure-tests-")[0]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_chapter_ends_with_failure_modes_whose_tests_are_real(chapter):
     text = (ROOT / "book" / f"{chapter}.md").read_text(encoding="utf-8")
     section = text.split("\n## Failure modes\n")[1]
     later = re.findall(r"^## (.+)$", section, flags=re.MULTILINE)
     assert later in ([], ["Exercises"]), f"sections after the failure modes: {later}"
     section = section.split("\n## Exercises\n")[0]
-    assert len(table_rows(section)) >= 4, "at least four ways it can go wrong"
-    assert not failure_problems(section), f"{chapter}.md: {failure_problems(section)}"
+    assert len(table_rows(section, HEADER)) >= 4, "at least four ways it can go wrong"
+    assert f"<failure-tests-{chapter}>`" in section, "the section links to its tests"
+    assert not failure_problems(section, record_section(chapter)), (
+        f"{chapter}.md: {failure_problems(section, record_section(chapter))}"
+    )
+
+
+def test_no_test_is_named_for_two_rows():
+    named = NAMED.findall(RECORD.read_text(encoding="utf-8"))
+    assert len(named) == len(set(named)), "a test is named for two rows"
 
 
 def test_a_row_that_names_no_test_is_refused():
@@ -77,13 +108,15 @@ def test_a_row_that_names_no_test_is_refused():
     assert not is_a_test("tests/test_training.py::run")  # a helper, not a test
     assert not is_a_test("tests/test_nothing.py::test_x")
     assert not is_a_test("book/training.md::test_x")
-    head = "| " + " | ".join(HEADER) + " |\n|---|---|---|---|\n"
-    good = head + "| a | b | c | `tests/test_training.py::test_rate_is_formula_3` |\n"
-    assert failure_problems(good) == []
-    renamed = good.replace("formula_3", "formula_4")
-    assert "do not exist" in failure_problems(renamed)[0]
-    # A row of three cells (no "what to do") is refused too, even with a real test.
-    assert "four cells" in failure_problems(good.replace("| c |", "|"))[0]
-    assert failure_problems(good + good.split("\n")[2] + "\n") == ["a test is named twice"]
+    chapter = "| " + " | ".join(HEADER) + " |\n|---|---|---|\n| a | b | c |\n"
+    record = "| what goes wrong | the test |\n|---|---|\n| a | `tests/test_training.py::test_rate_is_formula_3` |\n"
+    assert failure_problems(chapter, record) == []
+    renamed = record.replace("formula_3", "formula_4")
+    assert "do not exist" in failure_problems(chapter, renamed)[0]
+    # A row of two cells (no "what to do") is refused, and so is a record that lost a row.
+    assert "three cells" in failure_problems(chapter.replace("| c |", "|"), record)[0]
+    assert "not the chapter's rows" in failure_problems(chapter + "| d | e | f |\n", record)[0]
+    twice = record + record.split("\n")[2] + "\n"
+    assert "a test is named twice" in failure_problems(chapter + "| a | b | c |\n", twice)
     with pytest.raises(AssertionError, match="header"):
-        table_rows(good.replace("what to do", "fix"))
+        table_rows(chapter.replace("what to do", "fix"), HEADER)

@@ -517,3 +517,22 @@ def test_the_retrained_seed_is_the_hour_runs_seed_bit_for_bit():
     )
     weights = [m["shipped_model"]["sha256"]["model.safetensors"] for m in (again, hour)]
     assert weights[0] == weights[1]
+
+
+def test_the_test_scores_seen_are_what_the_history_says():
+    """results/test-scores-seen.json, written again from git's history, is unchanged: a new
+    version of a recorded run's scores, or a changed target, needs the file written again."""
+    if (
+        not (ROOT / ".git").exists()
+        or subprocess.run(
+            ["git", "rev-parse", "--is-shallow-repository"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        != "false"
+    ):
+        pytest.skip("needs the repository's whole history (a clone, not an archive)")
+    script = ROOT / "tools" / "test_scores_seen.py"
+    done = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -18,7 +18,7 @@ from transformer_lib.errors import ConfigError
 from transformer_lib.schedule import make_optimizer
 
 
-# %% book/training.md:207 (cell 13)
+# %% book/training.md:200 (cell 13)
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float, pad_id: int) -> Tensor:
     """The target distribution of ``cross_entropy(label_smoothing=...)`` (§5.4), (N,) -> (N, V):
     ``(1 - smoothing) * onehot(target) + smoothing / vocab_size``, zero rows for padding."""
@@ -40,7 +40,7 @@ def label_smoothed_loss(
     return loss, (target != pad_id).sum()
 
 
-# %% book/training.md:340 (cell 21)
+# %% book/training.md:323 (cell 21)
 @dataclass(frozen=True)
 class TrainingConfig:
     """How to train (§5.2–5.4). The model's own shape is ``TransformerConfig``'s business.
@@ -117,7 +117,7 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# %% book/training.md:443 (cell 23)
+# %% book/training.md:421 (cell 23)
 def backward_batch(
     network: nn.Module, batch, divisor: float, config: TrainingConfig, pad_id: int, autocast=None
 ) -> tuple[float, float]:
@@ -165,7 +165,7 @@ def update_step(
     return sum(loss for loss, _ in sums), sum(nll for _, nll in sums), tokens
 
 
-# %% book/training.md:528 (cell 27)
+# %% book/training.md:505 (cell 27)
 def optimizer_for(model: nn.Module, config: TrainingConfig):
     """Adam with ``config``'s settings and formula (3) as its schedule, for ``model`` (§5.3)."""
     return make_optimizer(

@@ -92,7 +92,7 @@ def onednn_products(products: str | None, device) -> OneDNNProducts | None:
     return OneDNNProducts()
 
 
-# %% book/inference_engine.md:754 (cell 25)
+# %% book/inference_engine.md:755 (cell 25)
 from functools import partial
 
 from torch import nn

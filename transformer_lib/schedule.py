@@ -11,7 +11,7 @@ from torch import nn
 from transformer_lib.errors import ConfigError
 
 
-# %% book/training.md:103 (cell 7)
+# %% book/training.md:99 (cell 7)
 def rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
     """The learning rate of formula (3), §5.3, at update ``step`` (counted from 1)."""
     if step < 1:

@@ -49,7 +49,7 @@
 # toy sizes: 3 updates, 4 test sentences, and 2 timed updates of the `ci` profile (the `full`
 # one takes about a minute an update there). It checks the script on any machine in about a
 # minute; RUNS names the folder of its work (default runs). `DRY_RUN=1 ... search` checks the
-# search the same way: its candidates around the `ci` profile, 4 updates, 3 sentences scored, its
+# search the same way: its candidates around the `ci` profile, 1 update, 3 sentences scored, its
 # results under $OUT/ci-search (never results/).
 set -euo pipefail
 
@@ -93,7 +93,7 @@ if [ "$DRY_RUN" = 1 ]; then
     device=(--device cpu)
     smoke_steps=3 smoke_limit=4 time_profile=ci time_updates=2
     search=(tools/full_search.py --base ci --work "$RUNS/ci-search" --results "$OUT/ci-search")
-    search_train=(--steps 4) search_score=(--ends 4 --limit 3 --device cpu)
+    search_train=(--steps 1) search_score=(--ends 1 --limit 3 --device cpu)
 else
     # A GPU that torch cannot see would turn the timing below into minutes of CPU work.
     if ! "$PYTHON" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then

@@ -249,7 +249,7 @@ def read_report(folder: Path) -> dict:
     return report
 
 
-# %% book/profiles.md:114 (cell 3)
+# %% book/profiles.md:118 (cell 3)
 from transformer_lib.book.significance import paired_bleu, read_translations
 
 # The cased BLEU on test_2016_flickr each profile's run set out to reach (*The real run*).
@@ -329,7 +329,9 @@ def recorded_comparisons(results: Path, split: str = "test_2016_flickr") -> dict
 
 def comparison_lines(compared: dict) -> list[str]:
     """``compared`` (:func:`recorded_comparisons`) as the lines of a Markdown table."""
-    lines = ["| runs | change | direction | before | after | after − before | 95% interval | p |"]
+    lines = [
+        "| runs | change | direction | before | after | after − before | 95% interval | two-sided p |"
+    ]
     lines.append("|---" * 8 + "|")
     for (runs, change, pair), t in compared.items():
         lines.append(

@@ -18,7 +18,10 @@ class PairedBleu:
     system: float
     low: float  # the 95% interval of system − baseline over the resamples (2.5th to 97.5th)
     high: float
-    p_value: float  # sacreBLEU's: how often resampling alone makes a difference this large
+    # Two-sided: how often the resamples' differences, centred on zero, lie as far from it as the
+    # real one. sacreBLEU's own p counts one tail only (here ``sacrebleu_p``): about half this.
+    p_value: float
+    sacrebleu_p: float
     resamples: int
 
     @property
@@ -26,15 +29,15 @@ class PairedBleu:
         return self.system - self.baseline
 
     def text(self) -> str:
-        """The test as the book's prose states it: its p and the 95% interval of the change."""
-        return f"p = {self.p_value:.3f}, 95% interval {self.low:+.2f} to {self.high:+.2f}"
+        """The test as the book's prose states it: its two-sided p and the change's 95% interval."""
+        return f"two-sided p = {self.p_value:.3f}, 95% interval {self.low:+.2f} to {self.high:+.2f}"
 
 
 def paired_bleu(
     baseline: Sequence[str], system: Sequence[str], references: Sequence[str], resamples=1000
 ) -> PairedBleu:
-    """sacreBLEU's paired bootstrap test of ``system`` against ``baseline``, with the 95% interval
-    of the difference from the same resamples; raises if its p-value is not sacreBLEU's."""
+    """sacreBLEU's paired bootstrap test of ``system`` against ``baseline``: the two-sided p and
+    the 95% interval of the difference from its resamples; raises if they are not sacreBLEU's."""
     import numpy as np
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
@@ -52,13 +55,14 @@ def paired_bleu(
     spread = np.abs(differences) - np.abs(differences).mean()
     baseline_score = metric.corpus_score(list(baseline), None).score
     real = abs(result.score - baseline_score)
-    p_value = (np.sum(spread > real).item() + 1) / (resamples + 1)
-    if test._seed is not None and p_value != result.p_value:
+    if test._seed is not None and (np.sum(spread > real) + 1) / (resamples + 1) != result.p_value:
         # sacreBLEU drew other resamples than these: the interval would not be its test's
-        raise RuntimeError(f"paired_bleu: p = {p_value}, sacreBLEU's {result.p_value}")
+        raise RuntimeError(f"paired_bleu: these resamples do not give sacreBLEU's {result.p_value}")
+    both_tails = np.sum(np.abs(differences - differences.mean()) >= real).item()
     cut = resamples // 40  # the 2.5% at each end, as sacrebleu.significance.estimate_ci cuts
     low, high = float(differences[cut]), float(differences[-cut - 1])
-    return PairedBleu(baseline_score, result.score, low, high, result.p_value, resamples)
+    p_value = (both_tails + 1) / (resamples + 1)
+    return PairedBleu(baseline_score, result.score, low, high, p_value, result.p_value, resamples)
 
 
 def read_translations(path: str | Path, split: str = "test_2016_flickr") -> list[str]:

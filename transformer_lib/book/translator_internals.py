@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from transformer_lib.book.diagrams import FILLS, Canvas
 from transformer_lib.book.significance import PairedBleu, paired_bleu, read_translations
 from transformer_lib.book.tables import code, table
 from transformer_lib.data import load_multi30k
@@ -76,7 +75,7 @@ def interface_table(interfaces: dict[str, list[dict]], script: str):
     return table(["name", "type", "axes", "in the file", "in model.js"], rows)
 
 
-# %% book/translator_internals.md:251 (cell 10)
+# %% book/translator_internals.md:250 (cell 10)
 @dataclass
 class RecordingState:
     """A decoder state that passes every call on to ``state`` (an ``OnnxDecoder``) and records it."""
@@ -125,39 +124,6 @@ def steps_table(record: RecordingState, label, steps):
         kept = f"`{record.selects[s]}`" if s < len(record.selects) else "the search ends"
         rows.append((s + 1, " · ".join(map(label, tokens)), f"{before} → {after}", kept))
     return table(["step", "fed, one a row", "positions in → out", "then select(rows)"], rows, "r")
-
-
-# %% book/translator_internals.md:327 (cell 13)
-def reorder_figure(before: list[str], rows: list[int], after: list[str], t: int) -> str:
-    """One round trip of beam search's cache around step t, drawn as SVG (see the caption)."""
-    c, cell, pitch, top = Canvas(), min(7, 210 // (t + 1)), 44, 34  # a row fits in 210 px
-    columns = [  # x, title, the label of row i
-        (10, f"self_keys_out of step {t}", lambda i: before[i]),
-        (250, f"select({rows})", lambda i: f"{before[rows[i]]}  (row {rows[i]})"),
-        (490, f"self_keys_out of step {t + 1}", lambda i: after[i]),
-    ]
-    for number, (x, title, label) in enumerate(columns):
-        c.text(x, 16, title, 12, mono=number == 1, bold=True, anchor="start")
-        for i in range(len(rows)):
-            y = top + i * pitch
-            for position in range(t + (number == 2)):  # step t + 1 adds position t
-                fill = FILLS["linear" if position == t else "attention"]
-                c.rect(x + position * cell, y, cell, 12, fill, rx=1)
-            c.text(x, y + 27, f"{i}: …{label(i)}", 10.5, mono=True, anchor="start")
-    for i, parent in enumerate(rows):
-        c.arrow((14 + t * cell, top + parent * pitch + 6), (246, top + i * pitch + 6))
-        c.arrow((254 + t * cell, top + i * pitch + 6), (486, top + i * pitch + 6))
-    bottom = top + len(rows) * pitch + 10
-    c.text(480, bottom, "→ decoder.onnx adds a position to every row", 10.5, anchor="end")
-    return c.svg(700, bottom + 6)
-
-
-# %% book/translator_internals.md:429 (cell 18)
-def byte_values() -> dict[str, int]:
-    """The byte-level alphabet, character -> byte: GPT-2's map of bytes to characters, inverted."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    others = [byte for byte in range(256) if byte not in printable]
-    return {chr(b): b for b in printable} | {chr(0x100 + n): b for n, b in enumerate(others)}
 
 
 # %% book/translator_internals.md:565 (cell 25)

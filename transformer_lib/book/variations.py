@@ -201,7 +201,7 @@ def sweep_variants(
     return variants
 
 
-# %% book/sweep.md:415 (cell 13)
+# %% book/sweep.md:416 (cell 13)
 SWEEP_PROFILES = {
     "ci": SweepProfile(
         model=TransformerConfig(1000, 1000, d_model=64, d_ff=256, n_heads=4, n_layers=2),
