@@ -333,7 +333,7 @@ def agreement_problems(found: dict, bleu_too: bool = True) -> list[str]:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_whole_test_set_is_recorded_for_each_shipped_model_and_keeps_the_rules(name):
-    """results/inference-engine/agreement.json (tools/engine_agreement.py) holds the shipped
+    """results/engine-agreement/agreement.json (tools/engine_agreement.py) holds the shipped
     model's whole test set, for the weights shipped now, within the rules: at most 5% of the beam
     outputs differ, the engine's scores higher on 4 in 5 of those, BLEU within half a point."""
     require_multi30k()

@@ -34,7 +34,6 @@ CHAPTERS = [
     )
 ]
 HEADER = ["what goes wrong", "what you see", "what to do"]
-RECORD_HEADER = ["what goes wrong", "the test"]
 NAMED = re.compile(r"`(tests/test_\w+\.py::\w+)`")
 
 
@@ -57,19 +56,25 @@ def table_rows(section: str, header: list[str]) -> list[list[str]]:
     return cells[2:]
 
 
+def record_rows(section: str) -> list[tuple[str, str]]:
+    """The record's list under a chapter's heading: (what goes wrong, the test's cell) a line."""
+    lines = [line[2:] for line in section.split("\n") if line.startswith("- ")]
+    return [tuple(line.rpartition(": `tests/")[::2]) for line in lines]
+
+
 def failure_problems(chapter_section: str, record_section: str) -> list[str]:
     """What is wrong with a chapter's failure modes and their record: rows without their cells,
     rows the record lacks or adds, tests named twice or not in the suite."""
     rows = table_rows(chapter_section, HEADER)
-    record = table_rows(record_section, RECORD_HEADER)
+    record = record_rows(record_section)
     short = [row[0] for row in rows if len(row) != 3 or not all(row)]
     problems = [f"rows without three cells (wrong, see, do): {short}"] if short else []
     if [row[0] for row in rows] != [row[0] for row in record]:
         problems.append("the record's rows are not the chapter's rows, in the chapter's order")
-    tests = [NAMED.fullmatch(row[-1]) for row in record]
+    tests = [NAMED.fullmatch(f"`tests/{test}") for _, test in record]
     named = NAMED.findall(record_section)
     if not all(tests) or [test[1] for test in tests] != named:
-        problems.append("each record row's last cell names a test, and the record names no other")
+        problems.append("each line of the record names a test, and the record names no other")
     if len(named) != len(set(named)):
         problems.append("a test is named twice")
     missing = [test for test in named if not is_a_test(test)]
@@ -109,14 +114,14 @@ def test_a_row_that_names_no_test_is_refused():
     assert not is_a_test("tests/test_nothing.py::test_x")
     assert not is_a_test("book/training.md::test_x")
     chapter = "| " + " | ".join(HEADER) + " |\n|---|---|---|\n| a | b | c |\n"
-    record = "| what goes wrong | the test |\n|---|---|\n| a | `tests/test_training.py::test_rate_is_formula_3` |\n"
+    record = "- a: `tests/test_training.py::test_rate_is_formula_3`\n"
     assert failure_problems(chapter, record) == []
     renamed = record.replace("formula_3", "formula_4")
     assert "do not exist" in failure_problems(chapter, renamed)[0]
     # A row of two cells (no "what to do") is refused, and so is a record that lost a row.
     assert "three cells" in failure_problems(chapter.replace("| c |", "|"), record)[0]
     assert "not the chapter's rows" in failure_problems(chapter + "| d | e | f |\n", record)[0]
-    twice = record + record.split("\n")[2] + "\n"
+    twice = record + record
     assert "a test is named twice" in failure_problems(chapter + "| a | b | c |\n", twice)
     with pytest.raises(AssertionError, match="header"):
         table_rows(chapter.replace("what to do", "fix"), HEADER)

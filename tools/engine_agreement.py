@@ -4,7 +4,7 @@ At beam 4 and §6.1's α = 0.6 the two searches' rules differ (*Decoding against
 engine* lists them), so their outputs may differ too. For each model folder under results/, this
 script translates every test sentence with both, and records how many outputs differ, on how many
 of those the engine's output scores higher by our own model and length penalty, and both BLEU
-scores, in ``results/inference-engine/agreement.json`` with its manifest. The tests re-read the
+scores, in ``results/engine-agreement/agreement.json`` with its manifest. The tests re-read the
 record against the models shipped now, and check the same on the first sentences live.
 
     python tools/engine_agreement.py          # about two minutes on two cores
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-AGREEMENT = ROOT / "results" / "inference-engine" / "agreement.json"
+AGREEMENT = ROOT / "results" / "engine-agreement" / "agreement.json"
 SPLIT = "test_2016_flickr"
 ALPHA = 0.6  # §6.1's, where the chapter compares the two searches
 
