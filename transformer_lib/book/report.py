@@ -274,13 +274,17 @@ ANCHORS = {  # the published result each direction stands beside, and what it me
 
 
 REPORT_JSON = ("bleu", "config", "manifest")  # a seed's files, read by seed_reports
+SEED_FOLDERS = {  # a profile's recorded runs, then its runs with other seeds, under results/
+    "laptop": ("multi30k-*-laptop", "laptop-seeds/*-seed_*"),  # tools/laptop_seeds.sh
+    "full": ("multi30k-??-??", "full-seeds/*-seed_*"),  # on a GPU, results/README.md
+}
 
 
-def seed_reports(results: Path) -> dict[str, dict[int, dict]]:
-    """The finished `laptop` runs by direction and seed: ``bleu.json`` with ``config``,
-    ``manifest`` and ``folder`` added (the recorded run, then ``laptop-seeds/*/``)."""
+def seed_reports(results: Path, profile: str = "laptop") -> dict[str, dict[int, dict]]:
+    """The finished runs of ``profile`` by direction and seed: ``bleu.json`` with ``config``,
+    ``manifest`` and ``folder`` added (the recorded run, then the other seeds')."""
     results = Path(results)
-    folders = sorted(results.glob("multi30k-*-laptop")) + sorted(results.glob("laptop-seeds/*"))
+    folders = [f for pattern in SEED_FOLDERS[profile] for f in sorted(results.glob(pattern))]
     runs: dict[str, dict[int, dict]] = {}
     for folder in (f for f in folders if (f / "bleu.json").is_file()):
         run = {name: json.loads((folder / f"{name}.json").read_text()) for name in REPORT_JSON}
@@ -299,20 +303,26 @@ def seed_spread(runs: dict[int, dict], split: str = "test_2016_flickr") -> dict[
 
 
 def recorded_comparisons(results: Path, split: str = "test_2016_flickr") -> dict:
-    """The paired tests *The real run* states, by (runs, change, direction): the `full` run
-    against each laptop seed, then each choice made after a test score had been seen."""
+    """The paired tests *The real run* states, by (runs, change, direction): each seed of the
+    `full` profile against the same seed of the laptop's, then each choice made after a test
+    score had been seen."""
     from transformer_lib.recipe import PROFILES
 
     hour, first_runs = results / "laptop-search-2" / "hour", results / "full-search" / "first-runs"
     laptop, full, compared = PROFILES["laptop"], PROFILES["full"], {}
+    full_seeds = seed_reports(results, "full")
     for pair, runs in seed_reports(results).items():
         hyp, first = f"hyp.{split}.{pair[-2:]}.txt", first_runs / f"multi30k-{pair}"
         full_run, laptop_run = (results / f"multi30k-{pair}{end}/{hyp}" for end in ("", "-laptop"))
         full_06 = results / "at-paper-alpha" / f"multi30k-{pair}.hyp.tsv"
         steps = json.loads(Path(f"{first}.manifest.json").read_text())["training"]["steps"]
         tests = {
-            ("`laptop` → `full`", f"laptop seed {n}"): (run["folder"] / hyp, full_run)
+            ("`laptop` → `full`", f"seed {n}"): (
+                run["folder"] / hyp,
+                full_seeds[pair][n]["folder"] / hyp,
+            )
             for n, run in runs.items()
+            if n in full_seeds.get(pair, {})
         }
         width = {w: hour / f"width_{w}-{pair}.{hyp}" for w in (128, 192)}
         tests[("`laptop`", "width 128 → 192")] = width[128], width[192]
