@@ -36,11 +36,13 @@ help:
 	@echo "make notebooks  write the chapters as notebooks into _build/notebooks"
 	@echo "make bench  run the benchmarks"
 
+# --no-compile: byte-compiling every installed module took a third of the install's time; Python
+# compiles the modules a program imports when it first imports them.
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements.txt
-	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m pip install -q --no-compile -r requirements.txt
+	$(BIN)/python -m pip install -q --no-compile --no-deps -e .
 	@touch $@
 
 install: $(STAMP)
@@ -83,9 +85,11 @@ check: $(STAMP)
 # pytest exits 5 when it collects no test; that must fail the run, never pass as green. The
 # translator's graphs are exported first, once: two chapters read them, and the tests run chapters
 # side by side. The ten slowest tests are listed at the end, to show where the time goes.
+# --dist loadgroup: a module marked xdist_group runs on one worker, so that its costly
+# module-scoped fixture is built once and not once per worker.
 test: check translator
 	$(BIN)/python tools/book_cache.py --refresh
-	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=10 $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=10 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; exit 1; fi; exit $$rc
 
 format: $(STAMP)

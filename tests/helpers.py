@@ -1,7 +1,9 @@
 """Small helpers the tests share: the data, throw-away books, comparing tensors exactly."""
 
+import gzip
 import math
 import os
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,19 @@ def require_multi30k() -> Path:
             pytrace=False,
         )
     return MULTI30K
+
+
+def multi30k_slice(folder: Path, train: int = 3000, other: int = 100) -> Path:
+    """The first ``train`` training pairs and ``other`` pairs of every other split of Multi30k,
+    as uncompressed files in ``folder`` (which the library reads as Multi30k, unchecked): for a
+    script's dry run, which checks the plumbing, not what the whole data set teaches."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sorted(require_multi30k().glob("*.gz")):
+        count = train if path.name.startswith("train") else other
+        with gzip.open(path, "rt", encoding="utf-8") as file:
+            text = "".join(islice(file, count))
+        (folder / path.name.removesuffix(".gz")).write_text(text, encoding="utf-8")
+    return folder
 
 
 HEADER = """---

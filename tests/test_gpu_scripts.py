@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import multi30k_slice
 
 from transformer_lib.provenance import COMMIT_ENV
 
@@ -168,6 +169,7 @@ def dry_run(step: str, tmp_path: Path, **settings) -> tuple[subprocess.Completed
     ``settings``; it must succeed. Returns the finished process and its $OUT folder."""
     out, runs = tmp_path / "out", tmp_path / "runs"
     env = {**os.environ, **settings, "OUT": str(out), "RUNS": str(runs), "DRY_RUN": "1"}
+    env["TRANSFORMER_LIB_DATA"] = str(multi30k_slice(tmp_path / "multi30k"))
     env["PYTHON"] = sys.executable
     done = subprocess.run(
         ["bash", "tools/gpu/real_run.sh", step], capture_output=True, text=True, cwd=ROOT, env=env

@@ -20,6 +20,8 @@ from test_model_download import make_site, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "multi30k-de-en-laptop"
+# One worker builds the wheel and its environment for every test here (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("wheel")
 
 
 @pytest.fixture(scope="module")

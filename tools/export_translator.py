@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     try:
-        index = export_page_models(args.out, args.models)
+        export_side_by_side(args.out, args.models)
+        index = export_page_models(args.out, args.models)  # each model is exported by now
     except (ExportError, ModelNotFoundError, PretrainedError) as err:
         print(f"export_translator: {err}", file=sys.stderr)
         return 2
@@ -46,6 +47,19 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(f"translator models in {args.out}, ready in {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def export_side_by_side(out: Path, models: Path | None) -> None:
+    """Export each page model in a process of its own, all at once: an export runs on one core
+    for most of its time. A failure is raised again by the export that follows in this process."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from transformer_lib.book.translator_page import PAGE_MODELS, export_page_models
+
+    with ProcessPoolExecutor(len(PAGE_MODELS), mp_context=get_context("spawn")) as pool:
+        for name in PAGE_MODELS:
+            pool.submit(export_page_models, out, models, names=[name])
 
 
 if __name__ == "__main__":

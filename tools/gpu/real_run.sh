@@ -50,7 +50,8 @@
 # one takes about a minute an update there). It checks the script on any machine in about a
 # minute; RUNS names the folder of its work (default runs). `DRY_RUN=1 ... search` checks the
 # search the same way: its candidates around the `ci` profile, 1 update, 3 sentences scored, its
-# results under $OUT/ci-search (never results/).
+# results under $OUT/ci-search (never results/). A dry run reads Multi30k's files compressed or
+# not, so TRANSFORMER_LIB_DATA may name a folder of their first lines (the tests do).
 set -euo pipefail
 
 : "${OUT:?set OUT to the folder that receives the reports and the logs}"
@@ -79,7 +80,7 @@ if [ "$#" -eq 0 ]; then
     echo "usage: bash tools/gpu/real_run.sh STEP... (smoke de-en en-de both search)" >&2
     exit 2
 fi
-if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ]; then
+if [ ! -f "$TRANSFORMER_LIB_DATA/train.de.gz" ] && [ ! -f "$TRANSFORMER_LIB_DATA/train.de" ]; then
     echo "no Multi30k in $TRANSFORMER_LIB_DATA: copy it to data/multi30k (see the top of this file)" >&2
     exit 2
 fi
