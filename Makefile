@@ -85,11 +85,11 @@ check: $(STAMP)
 # pytest exits 5 when it collects no test; that must fail the run, never pass as green. The
 # translator's graphs are exported first, once: two chapters read them, and the tests run chapters
 # side by side. The ten slowest tests are listed at the end, to show where the time goes.
-# --dist loadgroup: a module marked xdist_group runs on one worker, so that its costly
+#: a module marked xdist_group runs on one worker, so that its costly
 # module-scoped fixture is built once and not once per worker.
 test: check translator
 	$(BIN)/python tools/book_cache.py --refresh
-	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=10 $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=10 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; exit 1; fi; exit $$rc
 
 format: $(STAMP)

@@ -3,6 +3,8 @@
 import gzip
 import math
 import os
+import shutil
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 
@@ -39,6 +41,29 @@ def multi30k_slice(folder: Path, train: int = 3000, other: int = 100) -> Path:
         with gzip.open(path, "rt", encoding="utf-8") as file:
             text = "".join(islice(file, count))
         (folder / path.name.removesuffix(".gz")).write_text(text, encoding="utf-8")
+    return folder
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` that ``build`` fills, built once in a session however many pytest
+    workers ask for it: the first builds it under a lock while the others wait, then every worker
+    reads it. (A module-scoped fixture is built again by each worker that runs one of its tests.)
+    Its readers must leave it as it is."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # one process: the session's own folder
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    import fcntl  # the tests run on Linux and macOS
+
+    shared = tmp_path_factory.getbasetemp().parent  # one per session, above each worker's own
+    folder, built = shared / name, shared / f"{name}.built"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not built.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
+            folder.mkdir()
+            build(folder)
+            built.touch()
     return folder
 
 

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import built_once
 
 
 def run(*args):
@@ -269,10 +270,12 @@ def test_train_on_own_files_in_another_language_pair(tmp_path):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cli") / "run"
-    result = train("--out", str(out), "--max-steps", "3")
+    return built_once(tmp_path_factory, "cli", train_three_updates) / "run/checkpoints/last.pt"
+
+
+def train_three_updates(folder):
+    result = train("--out", str(folder / "run"), "--max-steps", "3")
     assert result.returncode == 0, result.stderr
-    return out / "checkpoints" / "last.pt"
 
 
 @pytest.mark.slow

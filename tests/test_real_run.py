@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
+from helpers import built_once
 from toy_seq2seq import ToyModel, toy_batches
 
 from transformer_lib import training
@@ -95,7 +96,10 @@ def tiny_options(tmp: Path, *extra: str) -> list[str]:
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory) -> Path:
     """A report written by the script for a `ci` run of 3 updates, made in two commands."""
-    tmp = tmp_path_factory.mktemp("real-run")
+    return built_once(tmp_path_factory, "real-run", write_tiny_report) / "report"
+
+
+def write_tiny_report(tmp: Path) -> None:
     first = script(*tiny_options(tmp, "--time-limit", "0"))
     assert first.returncode == 0, first.stderr
     assert "run the same command again" in first.stdout
@@ -104,7 +108,6 @@ def tiny_report(tmp_path_factory) -> Path:
     second = script(*tiny_options(tmp))
     assert second.returncode == 0, second.stderr
     assert "report written" in second.stdout
-    return tmp / "report"
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ import site_check
 import torch
 import translator_check
 import yaml
-from helpers import require_multi30k, write_chapter, write_toc
+from helpers import built_once, require_multi30k, write_chapter, write_toc
 
 from transformer_lib import data
 
@@ -81,7 +81,11 @@ BROKEN_MATH = (
 @pytest.fixture(scope="module")
 def small_site(tmp_path_factory, root) -> Path:
     """A two-chapter book with math and two charts, built with our _config.yml and _ext/."""
-    book = tmp_path_factory.mktemp("site")
+    book = built_once(tmp_path_factory, "site", lambda folder: build_small_site(folder, root))
+    return book / "_build/html"
+
+
+def build_small_site(book: Path, root: Path) -> None:
     shutil.copy(root / "_config.yml", book / "_config.yml")
     shutil.copytree(root / "_ext", book / "_ext", ignore=shutil.ignore_patterns("__pycache__"))
     intro = write_chapter(book / "book/intro.md", "Intro", "print('the intro ran')", SVG_LINK_CELL)
@@ -95,7 +99,6 @@ def small_site(tmp_path_factory, root) -> Path:
         [JUPYTER_BOOK, "build", "--all", str(book)], capture_output=True, text=True, timeout=900
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    return book / "_build/html"
 
 
 # --- what the build writes -------------------------------------------------------------------

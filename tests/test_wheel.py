@@ -16,18 +16,22 @@ import venv
 from pathlib import Path
 
 import pytest
+from helpers import built_once
 from test_model_download import make_site, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "results" / "multi30k-de-en-laptop"
-# One worker builds the wheel and its environment for every test here (make test: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("wheel")
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """The python of a fresh virtual environment holding the wheel of this repository."""
-    work = tmp_path_factory.mktemp("wheel")
+    work = built_once(tmp_path_factory, "wheel", install_the_wheel)
+    return work / "env" / "bin" / "python"
+
+
+def install_the_wheel(work: Path) -> None:
+    """Build the wheel in ``work`` and install it into a new virtual environment, ``work/env``."""
     source = work / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -45,7 +49,6 @@ def installed(tmp_path_factory) -> Path:
     pins = ["-c", str(ROOT / "requirements.txt")]
     install = [python, "-m", "pip", "install", "-q", "--no-compile", *pins, str(wheel)]
     subprocess.run(install, check=True, cwd=work)
-    return python
 
 
 def run_outside(python: Path, tmp_path: Path, *args: str, stdin: str = "", **env: str) -> str:

@@ -53,12 +53,12 @@ PROFILES = {
             VOCAB_SIZE, VOCAB_SIZE, d_model=128, d_ff=512, n_heads=4, n_layers=2, dropout=0.1
         ),
         training=TrainingConfig(
-            max_steps=300,
-            warmup_steps=200,
+            max_steps=200,
+            warmup_steps=150,
             lr_scale=0.5,  # the full rate is too high for this small post-LN model
             max_tokens=3000,
             log_every=10,
-            checkpoint_every=25,  # the 5 averaged (§6.1) span the last 100 updates, after warm-up
+            checkpoint_every=10,  # the 5 averaged (§6.1) span the last 40 updates, after warm-up
             keep_checkpoints=5,
             validate_every=100,
         ),
