@@ -85,8 +85,6 @@ check: $(STAMP)
 # pytest exits 5 when it collects no test; that must fail the run, never pass as green. The
 # translator's graphs are exported first, once: two chapters read them, and the tests run chapters
 # side by side. The ten slowest tests are listed at the end, to show where the time goes.
-#: a module marked xdist_group runs on one worker, so that its costly
-# module-scoped fixture is built once and not once per worker.
 test: check translator
 	$(BIN)/python tools/book_cache.py --refresh
 	@set +e; $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=10 $(PYTEST_ARGS); rc=$$?; \
